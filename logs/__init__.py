@@ -1,0 +1,1 @@
+"""tensortune: logs."""

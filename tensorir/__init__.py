@@ -1,0 +1,2 @@
+"""tensorir: tensor expressions, loop-nest IR, lowering and llvmlite codegen."""
+from . import te  # noqa: F401

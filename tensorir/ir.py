@@ -1,0 +1,148 @@
+"""Loop-nest IR: what a schedule lowers to and what codegen consumes.
+
+Every node is a frozen dataclass, so a whole lowered function is hashable and
+comparable structurally (the kernel cache keys on it).  Loops always run from 0
+to a constant extent; tails and partial tiles are expressed with ``IfThenElse``
+guards.  Buffers are dense, row-major, and indexed with one index per dimension.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from .expr import Expr, Var
+
+
+class Scope(enum.Enum):
+    PARAM = "param"      # a kernel argument (input or output array)
+    GLOBAL = "global"    # an intermediate allocated once per kernel call (heap)
+    LOCAL = "local"      # a small per-thread scratch buffer (stack when small)
+
+
+@dataclass(frozen=True, slots=True)
+class Buffer:
+    name: str
+    shape: tuple
+    dtype: str
+    scope: Scope = Scope.PARAM
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * (4 if self.dtype in ("float32", "int32") else 8 if self.dtype == "float64" else 1)
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class Load(Expr):
+    buffer: Buffer
+    indices: tuple
+
+    @property
+    def dtype(self) -> str:
+        return self.buffer.dtype
+
+    def sub_exprs(self):
+        return self.indices
+
+    def __repr__(self):
+        return f"Load({self.buffer.name}, {self.indices!r})"
+
+
+class ForKind(enum.Enum):
+    SERIAL = "serial"
+    PARALLEL = "parallel"        # iterations split across threads (static chunks)
+    VECTORIZED = "vectorized"    # one SIMD instruction per statement, lanes = extent
+    UNROLLED = "unrolled"        # body emitted `extent` times
+
+
+class Stmt:
+    __slots__ = ()
+
+    def __str__(self) -> str:
+        from .printer import stmt_str
+        return stmt_str(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Store(Stmt):
+    buffer: Buffer
+    indices: tuple
+    value: Expr
+
+
+@dataclass(frozen=True, slots=True)
+class For(Stmt):
+    var: Var
+    extent: int
+    kind: ForKind
+    body: Stmt
+
+
+@dataclass(frozen=True, slots=True)
+class IfThenElse(Stmt):
+    cond: Expr
+    then: Stmt
+    otherwise: Stmt | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Seq(Stmt):
+    stmts: tuple
+
+
+@dataclass(frozen=True, slots=True)
+class Allocate(Stmt):
+    """``buffer`` (scope GLOBAL or LOCAL) exists for the duration of ``body``."""
+    buffer: Buffer
+    body: Stmt
+
+
+@dataclass(frozen=True, slots=True)
+class PrimFunc:
+    """A lowered kernel: ``params`` are the workload tensors in order."""
+    name: str
+    params: tuple   # tuple[Buffer, ...], scope PARAM
+    body: Stmt
+
+    def __str__(self) -> str:
+        from .printer import func_str
+        return func_str(self)
+
+
+def seq(*stmts) -> Stmt:
+    """Flatten nested sequences; a single statement stays itself."""
+    out = []
+    for s in stmts:
+        if s is None:
+            continue
+        if isinstance(s, Seq):
+            out.extend(s.stmts)
+        else:
+            out.append(s)
+    if len(out) == 1:
+        return out[0]
+    return Seq(tuple(out))
+
+
+def stmt_children(s: Stmt) -> tuple:
+    if isinstance(s, (For, Allocate)):
+        return (s.body,)
+    if isinstance(s, IfThenElse):
+        return (s.then,) if s.otherwise is None else (s.then, s.otherwise)
+    if isinstance(s, Seq):
+        return s.stmts
+    return ()
+
+
+def walk_stmts(s: Stmt):
+    stack = [s]
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(reversed(stmt_children(n)))

@@ -1,0 +1,400 @@
+"""Schedule primitives as functions on a (copied) stage graph.
+
+Each ``apply_<kind>(graph, inputs, attrs, outputs)`` checks legality, edits
+``graph`` in place and returns the names it created.  ``Schedule`` copies the
+graph first, so a schedule never changes once made.  ``outputs`` (names recorded
+in a trace) are honoured on replay, so a replayed trace rebuilds the same loops.
+"""
+from __future__ import annotations
+
+from tensorir.errors import (AnnotationError, CacheWriteError, ComputeAtError, ComputeInlineError,
+                             FuseError, PackError, ReorderError, SplitError, UnknownHandleError)
+from tensorir.expr import Binary, BinOp, const, select
+from tensorir.ir import ForKind
+from tensorir.rewrite import rewrite, substitute
+from tensorir.stage import INLINE, ROOT, Attach, Fuse, Loop, Split, Stage, StageGraph, make_stage
+from tensorir.te import AxisKind, ComputeOp, IterVar, Reduce, Tensor, TensorRead, Var
+
+ANNOTATIONS = {"unroll": ForKind.UNROLLED, "vectorize": ForKind.VECTORIZED, "parallel": ForKind.PARALLEL}
+
+
+# ---------------------------------------------------------------- resolving
+
+def get_stage(g: StageGraph, name, prim: str) -> Stage:
+    if isinstance(name, Tensor):
+        name = g.names.get(id(name), name.name)
+    st = g.stage(name) if isinstance(name, str) else None
+    if st is None:
+        inputs = [g.name_of(t) for t in g.params if t.is_placeholder]
+        if name in inputs:
+            raise UnknownHandleError(prim, f"{name} is an input placeholder, not a computed stage", stage=name)
+        raise UnknownHandleError(prim, f"no stage named {name!r}; stages: {[s.name for s in g.stages]}")
+    if st.attach is INLINE:
+        raise UnknownHandleError(prim, f"stage {name} was inlined (compute_inline) and has no loops", stage=name)
+    return st
+
+
+def get_loop(g: StageGraph, handle, prim: str) -> tuple:
+    """Resolve ``"Stage.loop"`` to (stage, loop name); the loop must be a current leaf."""
+    if not isinstance(handle, str) or "." not in handle:
+        raise UnknownHandleError(prim, f"expected a loop handle like 'C.i' (stage.loop), got {handle!r}")
+    sname, lname = handle.split(".", 1)
+    st = get_stage(g, sname, prim)
+    if lname not in st.leaf:
+        why = "was split or fused away" if lname in st.loops else "does not exist"
+        raise UnknownHandleError(prim, f"loop {handle} {why}; current loops of {st.name}: "
+                                 f"{[f'{st.name}.{n}' for n in st.leaf]}", stage=st.name, loop=lname)
+    return st, lname
+
+
+def _positive_int(value, prim: str, what: str, handle: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SplitError(prim, f"{what} for loop {handle} must be a positive integer, got {value!r}")
+    if value <= 0:
+        raise SplitError(prim, f"{what} for loop {handle} must be a positive integer, got {value}")
+    return value
+
+
+def _new_loop_name(st: Stage, want: str, prim: str) -> str:
+    if want in st.loops:
+        raise UnknownHandleError(prim, f"loop name {st.name}.{want} is already taken", stage=st.name)
+    if not want or "." == want[0]:
+        raise UnknownHandleError(prim, f"invalid loop name {want!r}", stage=st.name)
+    return want
+
+
+def _move_attachments(g: StageGraph, st: Stage, old: str, new: str) -> None:
+    for s in g.stages:
+        if s.attach.kind == "at" and s.attach.stage == st.name and s.attach.loop == old:
+            s.attach = Attach("at", st.name, new)
+
+
+def _check_unannotated(st: Stage, loop: str, prim: str, exc) -> None:
+    if loop in st.ann:
+        raise exc(prim, f"loop {st.name}.{loop} is already {st.ann[loop].value}; apply {prim} before "
+                  "annotating it", stage=st.name, loop=loop)
+
+
+# --------------------------------------------------------------- loop shape
+
+def apply_split(g, inputs, attrs, outputs):
+    (handle,) = inputs
+    st, loop = get_loop(g, handle, "split")
+    factor, nparts = attrs.get("factor"), attrs.get("nparts")
+    if (factor is None) == (nparts is None):
+        raise SplitError("split", f"give exactly one of factor= or nparts= for loop {handle}")
+    ext = st.loops[loop].extent
+    if factor is None:
+        nparts = _positive_int(nparts, "split", "nparts", handle)
+        factor = -(-ext // nparts)
+    factor = _positive_int(factor, "split", "factor", handle)
+    _check_unannotated(st, loop, "split", SplitError)
+    outer, inner = outputs or (f"{loop}.0", f"{loop}.1")
+    outer, inner = _new_loop_name(st, outer, "split"), _new_loop_name(st, inner, "split")
+    kind = st.loops[loop].kind
+    st.loops[outer] = Loop(outer, kind, -(-ext // factor))
+    st.loops[inner] = Loop(inner, kind, factor if ext > factor else ext)
+    pos = st.leaf.index(loop)
+    st.leaf[pos:pos + 1] = [outer, inner]
+    st.relations.append(Split(loop, outer, inner, factor))
+    _move_attachments(g, st, loop, inner)
+    return [outer, inner]
+
+
+def apply_fuse(g, inputs, attrs, outputs):
+    if len(inputs) != 2:
+        raise FuseError("fuse", f"expected two loops, got {len(inputs)}")
+    st, a = get_loop(g, inputs[0], "fuse")
+    st2, b = get_loop(g, inputs[1], "fuse")
+    if st2 is not st:
+        raise FuseError("fuse", f"loops {inputs[0]} and {inputs[1]} belong to different stages", stage=st.name)
+    pa, pb = st.leaf.index(a), st.leaf.index(b)
+    if pb != pa + 1:
+        between = st.leaf[pa + 1:pb] if pb > pa else []
+        what = (f"found {[f'{st.name}.{n}' for n in between]} between them" if between else
+                f"{inputs[1]} is outside {inputs[0]}")
+        raise FuseError("fuse", f"loops {inputs[0]} and {inputs[1]} must be adjacent with {inputs[1]} directly "
+                        f"inside {inputs[0]}; {what}", stage=st.name, loop=a)
+    ka, kb = st.loops[a].kind, st.loops[b].kind
+    if ka is not kb:
+        raise FuseError("fuse", f"cannot fuse {ka.value} loop {inputs[0]} with {kb.value} loop {inputs[1]}",
+                        stage=st.name, loop=a)
+    _check_unannotated(st, a, "fuse", FuseError)
+    _check_unannotated(st, b, "fuse", FuseError)
+    (fused,) = outputs or (f"{a}.{b}.fused",)
+    fused = _new_loop_name(st, fused, "fuse")
+    st.loops[fused] = Loop(fused, ka, st.loops[a].extent * st.loops[b].extent)
+    st.leaf[pa:pb + 1] = [fused]
+    st.relations.append(Fuse(a, b, fused))
+    _move_attachments(g, st, a, fused)
+    _move_attachments(g, st, b, fused)
+    return [fused]
+
+
+def apply_reorder(g, inputs, attrs, outputs):
+    if not inputs:
+        raise ReorderError("reorder", "expected at least one loop")
+    resolved = [get_loop(g, h, "reorder") for h in inputs]
+    st = resolved[0][0]
+    for (s, _), h in zip(resolved, inputs):
+        if s is not st:
+            raise ReorderError("reorder", f"loop {h} belongs to stage {s.name}, expected loops of stage {st.name} "
+                               f"(reorder works within one stage)", stage=st.name)
+    names = [n for _, n in resolved]
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise ReorderError("reorder", f"loop {st.name}.{dup} is listed twice", stage=st.name, loop=dup)
+    slots = sorted(st.leaf.index(n) for n in names)
+    for pos, n in zip(slots, names):
+        st.leaf[pos] = n
+    return []
+
+
+def _annotate(kind: str):
+    fk = ANNOTATIONS[kind]
+
+    def apply(g, inputs, attrs, outputs):
+        (handle,) = inputs
+        st, loop = get_loop(g, handle, kind)
+        lk = st.loops[loop].kind
+        if lk is AxisKind.REDUCE and kind in ("vectorize", "parallel"):
+            why = "lanes" if kind == "vectorize" else "threads"
+            raise AnnotationError(kind, f"loop {handle} is a reduction loop; expected a spatial loop (a "
+                                  f"{'vectorized' if kind == 'vectorize' else 'parallel'} reduction would race "
+                                  f"between {why})", stage=st.name, loop=loop)
+        old = st.ann.get(loop)
+        if old is not None and old is not fk:
+            raise AnnotationError(kind, f"loop {handle} is already {old.value}", stage=st.name, loop=loop)
+        st.ann[loop] = fk
+        return []
+    return apply
+
+
+# -------------------------------------------------------------- placement
+
+def _inside(g: StageGraph, y: Stage, x: Stage, loop: str) -> bool:
+    pos = x.leaf.index(loop)
+    cur, seen = y, set()
+    while cur.name not in seen:
+        seen.add(cur.name)
+        if cur.name == x.name:
+            return True
+        if cur.attach.kind != "at":
+            return False
+        if cur.attach.stage == x.name:
+            return cur.attach.loop in x.leaf and x.leaf.index(cur.attach.loop) >= pos
+        cur = g.stage(cur.attach.stage)
+    return False
+
+
+def apply_compute_at(g, inputs, attrs, outputs):
+    sname, handle = inputs
+    st = get_stage(g, sname, "compute_at")
+    target, loop = get_loop(g, handle, "compute_at")
+    if st.is_output:
+        raise ComputeAtError("compute_at", f"stage {st.name} is an output of the workload; only intermediate "
+                             "stages can be computed inside another stage's loop", stage=st.name)
+    if target is st:
+        raise ComputeAtError("compute_at", f"cannot compute stage {st.name} at its own loop {handle}",
+                             stage=st.name)
+    cur = target
+    while cur.attach.kind == "at":
+        if cur.attach.stage == st.name:
+            raise ComputeAtError("compute_at", f"stage {target.name} is already computed inside {st.name}; "
+                                 f"computing {st.name} at {handle} would be circular", stage=st.name)
+        cur = g.stage(cur.attach.stage)
+    consumers = g.consumers(st)
+    if not consumers:
+        raise ComputeAtError("compute_at", f"stage {st.name} has no consumer to be computed at", stage=st.name)
+    old = st.attach
+    st.attach = Attach("at", target.name, loop)
+    outside = [c.name for c in consumers if not _inside(g, c, target, loop)]
+    if outside:
+        st.attach = old
+        raise ComputeAtError("compute_at", f"loop {handle} does not enclose {', '.join(outside)}, which "
+                             f"read{'s' if len(outside) == 1 else ''} {st.name}; expected a loop of a stage "
+                             f"that contains every consumer of {st.name}", stage=st.name, loop=loop)
+    return []
+
+
+def apply_compute_root(g, inputs, attrs, outputs):
+    (sname,) = inputs
+    st = get_stage(g, sname, "compute_root")
+    st.attach = ROOT  # stages attached to st's loops stay attached to them
+    return []
+
+
+def apply_compute_inline(g, inputs, attrs, outputs):
+    (sname,) = inputs
+    st = get_stage(g, sname, "compute_inline")
+    if st.is_output:
+        raise ComputeInlineError("compute_inline", f"stage {st.name} is an output of the workload and must be "
+                                 "stored; expected an intermediate stage", stage=st.name)
+    if st.is_reduction:
+        raise ComputeInlineError("compute_inline", f"stage {st.name} is a reduction ({st.body.reducer.value} "
+                                 f"over {[a.name for a in st.body.axes]}); only elementwise stages can be inlined",
+                                 stage=st.name)
+    attached = [s.name for s in g.stages if s.attach.kind == "at" and s.attach.stage == st.name]
+    if attached:
+        raise ComputeInlineError("compute_inline", f"stages {attached} are computed at loops of {st.name}; "
+                                 "move them first (compute_root)", stage=st.name)
+    params = [st.tensor.op.axes[d].var for d in range(len(st.shape))]
+
+    def inline(node):
+        if isinstance(node, TensorRead) and node.tensor is st.tensor:
+            idx = [rewrite(i, inline) for i in node.indices]
+            return substitute(st.body, dict(zip(params, idx)))
+        return None
+
+    for c in g.consumers(st):
+        c.body = rewrite(c.body, inline)
+    st.attach = INLINE
+    return []
+
+
+# ------------------------------------------------------------ new stages
+
+def _check_fresh(st: Stage, prim: str, exc) -> None:
+    if st.relations or st.ann or st.leaf != st.root or st.attach is not ROOT:
+        raise exc(prim, f"stage {st.name} has already been scheduled; apply {prim} before splitting, "
+                  "reordering, annotating or attaching it", stage=st.name)
+
+
+def apply_cache_write(g, inputs, attrs, outputs):
+    (sname,) = inputs
+    st = get_stage(g, sname, "cache_write")
+    _check_fresh(st, "cache_write", CacheWriteError)
+    (name,) = outputs or (g.fresh_name(f"{st.name}_local"),)
+    if g.stage(name) is not None or name in g.names.values():
+        raise CacheWriteError("cache_write", f"name {name!r} is already taken", stage=st.name)
+    op = st.tensor.op
+    cache_t = Tensor(st.shape, st.dtype, name, ComputeOp(op.axes, st.body))
+    g.names[id(cache_t)] = name
+    cache = make_stage(name, cache_t, False, origin="cache_write")
+    spatial = st.spatial_root
+    st.body = TensorRead(cache_t, tuple(st.root_vars[r] for r in spatial))
+    st.root = list(spatial)
+    st.leaf = list(spatial)
+    st.loops = {r: st.loops[r] for r in spatial}
+    g.stages.insert(g.stages.index(st), cache)
+    return [name]
+
+
+def apply_pack(g, inputs, attrs, outputs):
+    """Copy a tensor into a blocked layout and make its readers use the copy."""
+    (tname,) = inputs
+    source = _find_tensor(g, tname)
+    splits = {int(d): f for d, f in (attrs.get("splits") or {}).items()}
+    n = source.ndim
+    for d, f in splits.items():
+        if not 0 <= d < n:
+            raise PackError("pack", f"tensor {tname} has {n} dimension(s); cannot split dimension {d}")
+        if isinstance(f, bool) or not isinstance(f, int) or f <= 0:
+            raise PackError("pack", f"split factor of dimension {d} of {tname} must be a positive integer, "
+                            f"got {f!r}")
+    dims = []  # (key, source dim, part) part in {"", "o", "i"}
+    for d in range(n):
+        if d in splits:
+            dims += [(f"{d}.o", d, "o"), (f"{d}.i", d, "i")]
+        else:
+            dims.append((str(d), d, ""))
+    keys = [k for k, _, _ in dims]
+    order = [str(k) for k in attrs.get("order") or
+             ([k for k, _, p in dims if p != "i"] + [k for k, _, p in dims if p == "i"])]
+    if sorted(order) != sorted(keys):
+        raise PackError("pack", f"order {order} must list each of {keys} exactly once")
+    readers = _readers(g, source, attrs.get("consumers"))
+    if not readers:
+        raise PackError("pack", f"no stage reads {tname}; nothing would use the packed copy")
+    (name,) = outputs or (g.fresh_name(f"{g.names.get(id(source), tname)}_pack"),)
+    if g.stage(name) is not None or name in g.names.values():
+        raise PackError("pack", f"name {name!r} is already taken")
+    by_key = {k: (d, p) for k, d, p in dims}
+    ext = {}
+    for k, d, p in dims:
+        s = source.shape[d]
+        ext[k] = -(-s // splits[d]) if p == "o" else splits[d] if p == "i" else s
+    new_shape = tuple(ext[k] for k in order)
+    axes = tuple(IterVar(Var(f"d{k}"), ext[k]) for k in order)
+    avar = {k: ax.var for k, ax in zip(order, axes)}
+    old_idx, conds = [], []
+    for d in range(n):
+        if d in splits:
+            e = avar[f"{d}.o"] * splits[d] + avar[f"{d}.i"]
+            if source.shape[d] % splits[d]:
+                conds.append(e < source.shape[d])
+            old_idx.append(e)
+        else:
+            old_idx.append(avar[str(d)])
+    body = TensorRead(source, tuple(old_idx))
+    if conds:
+        cond = conds[0]
+        for c in conds[1:]:
+            cond = Binary(BinOp.AND, cond, c)
+        body = select(cond, body, const(0, source.dtype))
+    packed = Tensor(new_shape, source.dtype, name, ComputeOp(axes, body))
+    g.names[id(packed)] = name
+
+    def new_index(idx):
+        parts = {}
+        for d, i in enumerate(idx):
+            if d in splits:
+                parts[f"{d}.o"] = i // splits[d]
+                parts[f"{d}.i"] = i % splits[d]
+            else:
+                parts[str(d)] = i
+        return tuple(parts[k] for k in order)
+
+    def repl(node):
+        if isinstance(node, TensorRead) and node.tensor is source:
+            return TensorRead(packed, new_index(tuple(rewrite(i, repl) for i in node.indices)))
+        return None
+
+    for r in readers:
+        r.body = rewrite(r.body, repl)
+    stage = make_stage(name, packed, False, origin="pack")
+    src_stage = g.stage_of(source)
+    pos = g.stages.index(src_stage) + 1 if src_stage is not None else 0
+    g.stages.insert(pos, stage)
+    return [name]
+
+
+def _find_tensor(g: StageGraph, tname) -> Tensor:
+    for t in g.params:
+        if g.name_of(t) == tname or t is tname:
+            return t
+    st = g.stage(tname) if isinstance(tname, str) else None
+    if st is None:
+        raise UnknownHandleError("pack", f"no tensor named {tname!r}; tensors: "
+                                 f"{[g.name_of(t) for t in g.params] + [s.name for s in g.stages]}")
+    if st.attach is INLINE:
+        raise PackError("pack", f"stage {tname} was inlined; it has no buffer to pack")
+    return st.tensor
+
+
+def _readers(g: StageGraph, source: Tensor, names) -> list:
+    readers = [s for s in g.stages if s.attach is not INLINE and any(t is source for t in s.read_tensors())]
+    if names is None:
+        return readers
+    out = []
+    for n in names:
+        st = get_stage(g, n, "pack")
+        if st not in readers:
+            raise PackError("pack", f"stage {n} does not read {g.names.get(id(source), source.name)}", stage=n)
+        out.append(st)
+    return out
+
+
+PRIMITIVES = {
+    "split": apply_split,
+    "fuse": apply_fuse,
+    "reorder": apply_reorder,
+    "unroll": _annotate("unroll"),
+    "vectorize": _annotate("vectorize"),
+    "parallel": _annotate("parallel"),
+    "compute_at": apply_compute_at,
+    "compute_root": apply_compute_root,
+    "compute_inline": apply_compute_inline,
+    "cache_write": apply_cache_write,
+    "pack": apply_pack,
+}

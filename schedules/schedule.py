@@ -1,0 +1,300 @@
+"""``Schedule``: an immutable, replayable trace of primitives on a workload.
+
+>>> s = Schedule([A, B, C])                 # default (naive) loop nest
+>>> s = s.split("C.i", factor=32)           # loops are named "stage.loop"
+>>> s = s.split("C.j", factor=32).reorder("C.i.0", "C.j.0", "C.i.1", "C.j.1")
+>>> print(s.lower())                        # the loop nest as pseudo-code
+>>> kernel = s.build()                      # native code, callable on numpy arrays
+
+Every primitive returns a new ``Schedule`` whose trace is the old one plus one
+instruction ``[kind, inputs, attrs, outputs]``; replaying the trace on the fresh
+workload rebuilds the same loop nest.  Attribute values may refer to *decisions*
+(``{"$decision": "tile_i"}``) kept apart from the instructions, so a search can
+change the numbers without changing the program (TVM's sampling instructions).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from tensorir.errors import DecisionError, ScheduleError
+from tensorir.stage import StageGraph
+from tensorir.te import AxisKind
+
+from .primitives import PRIMITIVES, get_stage
+
+TRACE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Instruction:
+    kind: str
+    inputs: tuple
+    attrs: str = "{}"        # canonical JSON text (hashable, immutable)
+    outputs: tuple = ()
+
+    @property
+    def attr_dict(self) -> dict:
+        return json.loads(self.attrs)
+
+    def to_json(self) -> list:
+        return [self.kind, list(self.inputs), self.attr_dict, list(self.outputs)]
+
+
+def _attrs(d: dict | None) -> str:
+    return json.dumps(d or {}, sort_keys=True)
+
+
+def _resolve(value, decisions: dict, kind: str):
+    """Replace ``{"$decision": name}`` references by the decision's value."""
+    if isinstance(value, dict):
+        if set(value) == {"$decision"}:
+            name = value["$decision"]
+            if name not in decisions:
+                raise DecisionError(kind, f"the trace refers to decision {name!r}, which has no value "
+                                    f"(decisions: {sorted(decisions)})")
+            return decisions[name]
+        return {k: _resolve(v, decisions, kind) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_resolve(v, decisions, kind) for v in value]
+    return value
+
+
+class Schedule:
+    """A workload plus a trace of schedule primitives (immutable)."""
+
+    def __init__(self, tensors, trace: tuple = (), decisions: dict | None = None, *, _state=None):
+        self.tensors = tuple(tensors) if not hasattr(tensors, "op") else (tensors,)
+        self.trace = tuple(trace)
+        self.decisions = dict(decisions or {})
+        if _state is None:
+            _state = StageGraph.from_tensors(self.tensors)
+            for inst in self.trace:
+                _state = self._apply(_state, inst)[0]
+        self.state = _state
+
+    # ------------------------------------------------------------- core
+    def _apply(self, state: StageGraph, inst: Instruction):
+        fn = PRIMITIVES.get(inst.kind)
+        if fn is None:
+            raise ScheduleError("replay", f"unknown instruction {inst.kind!r}; known: {sorted(PRIMITIVES)}")
+        new = state.copy()
+        attrs = _resolve(inst.attr_dict, self.decisions, inst.kind)
+        outputs = list(inst.outputs)
+        if inst.kind in ("split", "fuse"):  # outputs are "stage.loop" handles
+            outputs = [o.split(".", 1)[1] if "." in o else o for o in outputs]
+        try:
+            made = fn(new, list(inst.inputs), attrs, outputs)
+        except ScheduleError as err:
+            err.nest = describe(state, err.stage, err.loop)
+            raise
+        return new, made
+
+    def _do(self, kind: str, inputs, attrs: dict | None = None, outputs=()):
+        inputs = tuple(_handle(x) for x in inputs)
+        if kind in ("split", "fuse") and outputs:  # user-chosen loop names -> handles
+            stage = inputs[0].split(".", 1)[0]
+            outputs = [f"{stage}.{o}" for o in outputs]
+        inst = Instruction(kind, inputs, _attrs(attrs), tuple(outputs))
+        state, made = self._apply(self.state, inst)
+        if kind in ("split", "fuse"):
+            made = [f"{inputs[0].split('.', 1)[0]}.{m}" for m in made]
+        inst = Instruction(kind, inputs, inst.attrs, tuple(made))
+        return Schedule(self.tensors, self.trace + (inst,), self.decisions, _state=state)
+
+    # ------------------------------------------------------- inspection
+    @property
+    def stages(self) -> list:
+        """Names of the stages that have loops (inlined stages excluded)."""
+        return [s.name for s in self.state.stages if s.attach.kind != "inline"]
+
+    def loops(self, stage) -> list:
+        """Current loops of ``stage``, outermost first, as ``"stage.loop"`` handles."""
+        st = get_stage(self.state, _handle(stage), "loops")
+        return [f"{st.name}.{n}" for n in st.leaf]
+
+    def axes(self, stage) -> list:
+        """Root spatial axes of ``stage`` as loop handles (original loop names)."""
+        st = get_stage(self.state, _handle(stage), "axes")
+        return [f"{st.name}.{n}" for n in st.spatial_root]
+
+    def reduce_axes(self, stage) -> list:
+        st = get_stage(self.state, _handle(stage), "reduce_axes")
+        return [f"{st.name}.{n}" for n in st.root if st.loops[n].kind is AxisKind.REDUCE]
+
+    def extent(self, loop: str) -> int:
+        """Nominal extent of a loop (for a stage computed at another, the region may be smaller)."""
+        from .primitives import get_loop
+        st, name = get_loop(self.state, loop, "extent")
+        return st.loops[name].extent
+
+    def describe(self) -> str:
+        return describe(self.state)
+
+    # -------------------------------------------------------- primitives
+    def split(self, loop: str, factor: int | None = None, nparts: int | None = None,
+              names: tuple | None = None) -> "Schedule":
+        """Split ``loop`` into an outer and an inner loop (inner extent ``factor``).
+
+        ``for i in range(100)`` -> ``for i.0 in range(4): for i.1 in range(32): if i.0*32 + i.1 < 100``.
+        """
+        attrs = {"factor": factor} if nparts is None else {"nparts": nparts}
+        if factor is not None and nparts is not None:
+            attrs = {"factor": factor, "nparts": nparts}
+        return self._do("split", [loop], attrs, names or ())
+
+    def fuse(self, outer: str, inner: str, name: str | None = None) -> "Schedule":
+        """Fuse two adjacent loops into one: ``for i: for j:`` -> ``for i.j.fused in range(ni*nj)``."""
+        return self._do("fuse", [outer, inner], None, (name,) if name else ())
+
+    def reorder(self, *loops: str) -> "Schedule":
+        """Put the given loops (of one stage) in this order, in the slots they occupy."""
+        if len(loops) == 1 and isinstance(loops[0], (list, tuple)):
+            loops = tuple(loops[0])
+        return self._do("reorder", loops)
+
+    def unroll(self, loop: str) -> "Schedule":
+        """Fully unroll ``loop`` in the generated code."""
+        return self._do("unroll", [loop])
+
+    def vectorize(self, loop: str) -> "Schedule":
+        """Turn the (innermost, spatial) ``loop`` into SIMD instructions, one lane per iteration."""
+        return self._do("vectorize", [loop])
+
+    def parallel(self, loop: str) -> "Schedule":
+        """Run the iterations of spatial ``loop`` on all cores (OpenMP static schedule)."""
+        return self._do("parallel", [loop])
+
+    def compute_at(self, stage, loop: str) -> "Schedule":
+        """Compute ``stage`` inside ``loop`` of a consumer, only the region that loop needs."""
+        return self._do("compute_at", [stage, loop])
+
+    def compute_root(self, stage) -> "Schedule":
+        """Undo ``compute_at``: compute the whole stage before its consumers."""
+        return self._do("compute_root", [stage])
+
+    def compute_inline(self, stage) -> "Schedule":
+        """Substitute an elementwise stage's expression into its consumers (no buffer)."""
+        return self._do("compute_inline", [stage])
+
+    def cache_write(self, stage, name: str | None = None) -> "Schedule":
+        """Compute ``stage`` into a new stage ``<stage>_local`` and copy it out.
+
+        Computing ``<stage>_local`` at a tile loop of ``stage`` keeps the
+        accumulators of that tile in registers (the register-tile trick).
+        """
+        return self._do("cache_write", [stage], None, (name,) if name else ())
+
+    def pack(self, tensor, splits: dict, order: list | None = None, consumers: list | None = None,
+             name: str | None = None) -> "Schedule":
+        """Copy ``tensor`` into a blocked layout and make its readers use the copy.
+
+        ``splits`` maps a dimension to a block size; ``order`` lists the new
+        dimensions by key (``"0"``, ``"1.o"``, ``"1.i"``).  Matmul's packed B:
+        ``pack("B", {1: 16}, order=["1.o", "0", "1.i"])`` gives ``B_pack[j//16, k, j%16]``.
+        """
+        attrs = {"splits": {str(k): v for k, v in splits.items()}}
+        if order is not None:
+            attrs["order"] = [str(o) for o in order]
+        if consumers is not None:
+            attrs["consumers"] = [_handle(c) for c in consumers]
+        return self._do("pack", [tensor], attrs, (name,) if name else ())
+
+    def tile(self, loops: list, factors: list) -> "Schedule":
+        """Split each loop by its factor and put all outer loops before all inner loops."""
+        if len(loops) != len(factors):
+            raise ScheduleError("tile", f"got {len(loops)} loops but {len(factors)} factors")
+        s, outers, inners = self, [], []
+        for lp, f in zip(loops, factors):
+            s = s.split(lp, factor=f)
+            o, i = s.trace[-1].outputs
+            outers.append(o)
+            inners.append(i)
+        return s.reorder(*outers, *inners)
+
+    # ------------------------------------------------------------ output
+    def lower(self, name: str | None = None):
+        from tensorir.lower import lower
+        try:
+            return lower(self.state, name)
+        except ScheduleError as err:
+            err.nest = describe(self.state, err.stage, err.loop)
+            raise
+
+    def build(self, name: str | None = None):
+        from tensorir.build import build
+        return build(self.lower(name))
+
+    def to_json(self) -> dict:
+        return {"version": TRACE_VERSION, "instructions": [i.to_json() for i in self.trace],
+                "decisions": dict(self.decisions)}
+
+    @classmethod
+    def from_json(cls, tensors, obj) -> "Schedule":
+        """Replay a trace (dict or JSON text) onto a fresh workload."""
+        if isinstance(obj, str):
+            try:
+                obj = json.loads(obj)
+            except json.JSONDecodeError as err:
+                raise ScheduleError("replay", f"trace is not valid JSON: {err}") from None
+        if not isinstance(obj, dict) or not isinstance(obj.get("instructions"), list):
+            raise ScheduleError("replay", "a trace is a JSON object with an 'instructions' list")
+        if obj.get("version", TRACE_VERSION) != TRACE_VERSION:
+            raise ScheduleError("replay", f"trace version {obj.get('version')} is not supported "
+                                f"(this tensortune writes version {TRACE_VERSION})")
+        trace = []
+        for n, item in enumerate(obj["instructions"]):
+            if not (isinstance(item, list) and len(item) == 4 and isinstance(item[0], str)
+                    and isinstance(item[1], list) and isinstance(item[2], dict) and isinstance(item[3], list)):
+                raise ScheduleError("replay", f"instruction {n} is malformed: {item!r}; expected "
+                                    "[kind, inputs, attrs, outputs]")
+            kind, inputs, attrs, outputs = item
+            trace.append(Instruction(kind, tuple(inputs), _attrs(attrs), tuple(outputs)))
+        return cls(tensors, tuple(trace), obj.get("decisions") or {})
+
+    def to_python(self) -> str:
+        """The trace as Python code that rebuilds this schedule."""
+        lines = ["s = Schedule(tensors)"]
+        for inst in self.trace:
+            a = _resolve(inst.attr_dict, self.decisions, inst.kind)
+            args = [repr(x) for x in inst.inputs]
+            if inst.kind == "split":
+                args += [f"{k}={v!r}" for k, v in a.items()]
+            elif inst.kind == "pack":
+                args.append(repr({int(k): v for k, v in a["splits"].items()}))
+                args += [f"{k}={v!r}" for k, v in a.items() if k != "splits"]
+            lines.append(f"s = s.{inst.kind}({', '.join(args)})")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.to_python()
+
+    def __repr__(self) -> str:
+        return f"<Schedule {len(self.trace)} instruction(s) on {[t.name for t in self.tensors]}>"
+
+
+def _handle(x):
+    if hasattr(x, "op") and hasattr(x, "name"):
+        return x.name
+    return x
+
+
+def describe(state: StageGraph, stage: str | None = None, loop: str | None = None) -> str:
+    """Loop structure of every stage; ``stage.loop`` (or the whole stage) is marked."""
+    lines = []
+    for st in state.stages:
+        if st.attach.kind == "inline":
+            lines.append(f"stage {st.name}: inlined")
+            continue
+        where = "root" if st.attach.kind == "root" else f"at {st.attach.stage}.{st.attach.loop}"
+        mark = "   <-- here" if stage == st.name and loop is None else ""
+        kind = "reduction" if st.is_reduction else "elementwise"
+        lines.append(f"stage {st.name} ({kind}{', output' if st.is_output else ''}), computed {where}:{mark}")
+        for depth, name in enumerate(st.leaf):
+            lp = st.loops[name]
+            ann = st.ann.get(name)
+            tag = f" {ann.value}" if ann else ""
+            tag += " (reduce)" if lp.kind is AxisKind.REDUCE else ""
+            here = "   <-- here" if stage == st.name and loop == name else ""
+            lines.append(f"{'  ' * (depth + 1)}for {st.name}.{name} in range({lp.extent}){tag}{here}")
+    return "\n".join(lines)

@@ -1,0 +1,35 @@
+"""Generic bottom-up rewriting and substitution of expressions (TE and loop IR)."""
+from __future__ import annotations
+
+from .expr import Binary as B, Cast, Expr, Select, Unary, Var
+from .ir import Load
+from .te import Reduce, TensorRead
+
+
+def rewrite(e: Expr, fn):
+    """Bottom-up rebuild of ``e``; ``fn(node)`` may return a replacement (or None)."""
+    got = fn(e)
+    if got is not None:
+        return got
+    if isinstance(e, B):
+        a, b = rewrite(e.a, fn), rewrite(e.b, fn)
+        return e if (a is e.a and b is e.b) else B(e.op, a, b)
+    if isinstance(e, Unary):
+        a = rewrite(e.a, fn)
+        return e if a is e.a else Unary(e.op, a)
+    if isinstance(e, Cast):
+        a = rewrite(e.a, fn)
+        return e if a is e.a else Cast(e.to, a)
+    if isinstance(e, Select):
+        return Select(rewrite(e.cond, fn), rewrite(e.t, fn), rewrite(e.f, fn))
+    if isinstance(e, TensorRead):
+        return TensorRead(e.tensor, tuple(rewrite(i, fn) for i in e.indices))
+    if isinstance(e, Load):
+        return Load(e.buffer, tuple(rewrite(i, fn) for i in e.indices))
+    if isinstance(e, Reduce):
+        return Reduce(e.reducer, rewrite(e.source, fn), e.axes)
+    return e
+
+
+def substitute(e: Expr, mapping: dict) -> Expr:
+    return rewrite(e, lambda n: mapping.get(n) if isinstance(n, Var) else None)

@@ -1,0 +1,333 @@
+"""Index simplification with variable ranges (a small cousin of TVM's arith::Analyzer).
+
+Integer expressions are put in a canonical *linear form* ``sum(coeff * term) + const``
+where a term is a variable or an irreducible sub-expression.  Floor division and
+modulo by a positive constant are resolved using variable ranges, so that after
+``split`` the index ``(i0 * 16 + i1) // 16`` becomes ``i0`` when ``0 <= i1 < 16``.
+Comparisons that the ranges decide fold to constants, which removes guards.
+"""
+from __future__ import annotations
+
+import math
+
+from .expr import (Binary, BinOp, Cast, Const, Expr, Select, Unary, UnOp, Var, const)
+
+# A range is an inclusive integer interval (lo, hi); ``None`` means unknown.
+Ranges = dict  # Var -> (lo, hi)
+
+
+# ------------------------------------------------------------------ linear forms
+
+class Linear:
+    """``sum(coeff * term) + const`` with integer coefficients (terms are Exprs)."""
+
+    __slots__ = ("terms", "const")
+
+    def __init__(self, terms=None, c: int = 0):
+        self.terms = terms if terms is not None else {}
+        self.const = c
+
+    def add(self, other: "Linear", scale: int = 1) -> "Linear":
+        terms = dict(self.terms)
+        for t, c in other.terms.items():
+            v = terms.get(t, 0) + c * scale
+            if v:
+                terms[t] = v
+            else:
+                terms.pop(t, None)
+        return Linear(terms, self.const + other.const * scale)
+
+    def scale(self, k: int) -> "Linear":
+        if k == 0:
+            return Linear()
+        return Linear({t: c * k for t, c in self.terms.items()}, self.const * k)
+
+    def to_expr(self) -> Expr:
+        out = None
+        for t, c in self.terms.items():
+            if c == 1:
+                e = t
+            elif c == -1 and out is not None:
+                out = Binary(BinOp.SUB, out, t)
+                continue
+            else:
+                e = Binary(BinOp.MUL, t, const(c))
+            out = e if out is None else Binary(BinOp.ADD, out, e)
+        if out is None:
+            return const(self.const)
+        if self.const > 0:
+            return Binary(BinOp.ADD, out, const(self.const))
+        if self.const < 0:
+            return Binary(BinOp.SUB, out, const(-self.const))
+        return out
+
+
+def _lin(e: Expr) -> Linear:
+    if isinstance(e, Const):
+        return Linear({}, int(e.value))
+    if isinstance(e, Binary):
+        if e.op is BinOp.ADD:
+            return _lin(e.a).add(_lin(e.b))
+        if e.op is BinOp.SUB:
+            return _lin(e.a).add(_lin(e.b), -1)
+        if e.op is BinOp.MUL:
+            la, lb = _lin(e.a), _lin(e.b)
+            if not lb.terms:
+                return la.scale(lb.const)
+            if not la.terms:
+                return lb.scale(la.const)
+    return Linear({e: 1}, 0)
+
+
+# ----------------------------------------------------------------------- ranges
+
+def _mul_range(r, k):
+    lo, hi = r[0] * k, r[1] * k
+    return (min(lo, hi), max(lo, hi))
+
+
+def int_range(e: Expr, ranges: Ranges):
+    """Inclusive (lo, hi) bounds of integer expression ``e``, or None if unknown."""
+    if isinstance(e, Const):
+        v = int(e.value)
+        return (v, v)
+    if isinstance(e, Var):
+        return ranges.get(e)
+    if isinstance(e, Binary):
+        if e.op in (BinOp.ADD, BinOp.SUB, BinOp.MUL):
+            lin = _lin(e)
+            if len(lin.terms) != 1 or next(iter(lin.terms)) is not e:
+                return linear_range(lin, ranges)
+            ra, rb = int_range(e.a, ranges), int_range(e.b, ranges)
+            if ra is None or rb is None:
+                return None
+            ps = [ra[0] * rb[0], ra[0] * rb[1], ra[1] * rb[0], ra[1] * rb[1]]
+            return (min(ps), max(ps))
+        ra = int_range(e.a, ranges)
+        rb = int_range(e.b, ranges)
+        if e.op is BinOp.FLOORDIV and rb is not None and rb[0] == rb[1] and rb[0] > 0:
+            if ra is None:
+                return None
+            return (ra[0] // rb[0], ra[1] // rb[0])
+        if e.op is BinOp.MOD and rb is not None and rb[0] == rb[1] and rb[0] > 0:
+            if ra is not None and ra[0] // rb[0] == ra[1] // rb[0]:
+                return (ra[0] % rb[0], ra[1] % rb[0])
+            return (0, rb[0] - 1)
+        if e.op in (BinOp.MIN, BinOp.MAX) and ra is not None and rb is not None:
+            f = min if e.op is BinOp.MIN else max
+            return (f(ra[0], rb[0]), f(ra[1], rb[1]))
+        return None
+    if isinstance(e, Select):
+        rt, rf = int_range(e.t, ranges), int_range(e.f, ranges)
+        if rt is None or rf is None:
+            return None
+        return (min(rt[0], rf[0]), max(rt[1], rf[1]))
+    return None
+
+
+def linear_range(lin: Linear, ranges: Ranges):
+    lo = hi = lin.const
+    for t, c in lin.terms.items():
+        r = int_range(t, ranges)
+        if r is None:
+            return None
+        r = _mul_range(r, c)
+        lo += r[0]
+        hi += r[1]
+    return (lo, hi)
+
+
+# --------------------------------------------------------------------- simplify
+
+def simplify(e: Expr, ranges: Ranges | None = None) -> Expr:
+    """Simplify ``e`` using inclusive variable ``ranges`` (Var -> (lo, hi))."""
+    return _Simplifier(ranges or {}).visit(e)
+
+
+class _Simplifier:
+    def __init__(self, ranges: Ranges):
+        self.ranges = ranges
+        self.memo: dict = {}
+
+    def visit(self, e: Expr) -> Expr:
+        got = self.memo.get(e)
+        if got is None:
+            got = self._visit(e)
+            self.memo[e] = got
+        return got
+
+    def _visit(self, e: Expr) -> Expr:
+        if isinstance(e, (Const, Var)):
+            return e
+        if isinstance(e, Binary):
+            return self._binary(e)
+        if isinstance(e, Unary):
+            a = self.visit(e.a)
+            if isinstance(a, Const):
+                return _fold_unary(e.op, a)
+            return e if a is e.a else Unary(e.op, a)
+        if isinstance(e, Select):
+            c = self.visit(e.cond)
+            if isinstance(c, Const):
+                return self.visit(e.t if c.value else e.f)
+            t, f = self.visit(e.t), self.visit(e.f)
+            if t == f:
+                return t
+            return Select(c, t, f)
+        if isinstance(e, Cast):
+            a = self.visit(e.a)
+            if isinstance(a, Const):
+                v = a.value
+                return const(int(math.trunc(v)) if e.to == "int32" else v, e.to)
+            return Cast(e.to, a)
+        sub = getattr(e, "sub_exprs", None)
+        if sub is not None:  # Load / TensorRead: simplify the indices
+            idx = tuple(self.visit(i) for i in e.indices)
+            if idx == e.indices:
+                return e
+            return type(e)(*(idx if f == "indices" else getattr(e, f) for f in e.__dataclass_fields__))
+        return e
+
+    def _binary(self, e: Binary) -> Expr:
+        op = e.op
+        a, b = self.visit(e.a), self.visit(e.b)
+        if isinstance(a, Const) and isinstance(b, Const):
+            return _fold_binary(op, a, b)
+        if op in (BinOp.AND, BinOp.OR):
+            return _logic(op, a, b)
+        is_int = a.dtype == "int32"
+        if is_int and op in (BinOp.ADD, BinOp.SUB, BinOp.MUL):
+            return _lin(Binary(op, a, b)).to_expr()
+        if is_int and op in (BinOp.FLOORDIV, BinOp.MOD) and isinstance(b, Const) and b.value > 0:
+            return self._divmod(op, a, int(b.value))
+        if is_int and op in (BinOp.MIN, BinOp.MAX):
+            ra, rb = int_range(a, self.ranges), int_range(b, self.ranges)
+            if ra is not None and rb is not None:
+                if ra[1] <= rb[0]:
+                    return a if op is BinOp.MIN else b
+                if rb[1] <= ra[0]:
+                    return b if op is BinOp.MIN else a
+        if is_int and op in (BinOp.LT, BinOp.LE, BinOp.GT, BinOp.GE, BinOp.EQ, BinOp.NE):
+            return self._compare(op, a, b)
+        if not is_int and a.dtype != "bool":
+            # float identities that are exact
+            if op is BinOp.MUL and (_is(b, 1) or _is(a, 1)):
+                return a if _is(b, 1) else b
+            if op is BinOp.ADD and (_is(b, 0) or _is(a, 0)):
+                return a if _is(b, 0) else b
+        if a is e.a and b is e.b:
+            return e
+        return Binary(op, a, b)
+
+    def _divmod(self, op: BinOp, a: Expr, c: int) -> Expr:
+        if c == 1:
+            return a if op is BinOp.FLOORDIV else const(0)
+        lin = _lin(a)
+        q = Linear()
+        rest = Linear({}, lin.const % c)
+        q.const = lin.const // c
+        for t, k in lin.terms.items():
+            if k % c == 0:
+                q.terms[t] = k // c
+            else:
+                rest.terms[t] = k
+        rr = linear_range(rest, self.ranges)
+        if rr is not None and rr[0] // c == rr[1] // c:
+            # the remainder part stays inside one block of size c
+            if op is BinOp.FLOORDIV:
+                q.const += rr[0] // c
+                return q.to_expr()
+            return rest.add(Linear({}, -(rr[0] // c) * c)).to_expr()
+        if op is BinOp.MOD:
+            return Binary(BinOp.MOD, rest.to_expr(), const(c))
+        inner = Binary(BinOp.FLOORDIV, rest.to_expr(), const(c))
+        return q.add(Linear({inner: 1})).to_expr() if q.terms or q.const else inner
+
+    def _compare(self, op: BinOp, a: Expr, b: Expr) -> Expr:
+        diff = _lin(a).add(_lin(b), -1)
+        r = linear_range(diff, self.ranges)
+        if r is not None:
+            lo, hi = r
+            truth = {BinOp.LT: (hi < 0, lo >= 0), BinOp.LE: (hi <= 0, lo > 0),
+                     BinOp.GT: (lo > 0, hi <= 0), BinOp.GE: (lo >= 0, hi < 0),
+                     BinOp.EQ: (lo == hi == 0, lo > 0 or hi < 0),
+                     BinOp.NE: (lo > 0 or hi < 0, lo == hi == 0)}[op]
+            if truth[0]:
+                return const(True)
+            if truth[1]:
+                return const(False)
+        # canonical form: (terms) op (constant)
+        c = diff.const
+        diff.const = 0
+        return Binary(op, diff.to_expr(), const(-c))
+
+
+def _is(e: Expr, v) -> bool:
+    return isinstance(e, Const) and e.value == v
+
+
+def _logic(op: BinOp, a: Expr, b: Expr) -> Expr:
+    for x, y in ((a, b), (b, a)):
+        if isinstance(x, Const):
+            if op is BinOp.AND:
+                return y if x.value else const(False)
+            return const(True) if x.value else y
+    if a == b:
+        return a
+    return Binary(op, a, b)
+
+
+def _fold_binary(op: BinOp, a: Const, b: Const) -> Const:
+    x, y = a.value, b.value
+    if op is BinOp.ADD: return const(x + y, a.dtype)
+    if op is BinOp.SUB: return const(x - y, a.dtype)
+    if op is BinOp.MUL: return const(x * y, a.dtype)
+    if op is BinOp.MIN: return const(min(x, y), a.dtype)
+    if op is BinOp.MAX: return const(max(x, y), a.dtype)
+    if op is BinOp.DIV:
+        return const(x / y if y else math.copysign(math.inf, x) if x else math.nan, a.dtype)
+    if op is BinOp.FLOORDIV:
+        return const(x // y, a.dtype) if y else Binary(op, a, b)
+    if op is BinOp.MOD:
+        return const(x % y, a.dtype) if y else Binary(op, a, b)
+    if op is BinOp.AND: return const(bool(x and y))
+    if op is BinOp.OR: return const(bool(x or y))
+    cmp = {BinOp.LT: x < y, BinOp.LE: x <= y, BinOp.GT: x > y, BinOp.GE: x >= y,
+           BinOp.EQ: x == y, BinOp.NE: x != y}
+    return const(cmp[op])
+
+
+def _fold_unary(op: UnOp, a: Const) -> Expr:
+    x = a.value
+    try:
+        if op is UnOp.NOT: return const(not x)
+        if op is UnOp.ABS: return const(abs(x), a.dtype)
+        if op is UnOp.EXP: return const(math.exp(x), a.dtype)
+        if op is UnOp.LOG: return const(math.log(x), a.dtype)
+        if op is UnOp.SQRT: return const(math.sqrt(x), a.dtype)
+        if op is UnOp.TANH: return const(math.tanh(x), a.dtype)
+        if op is UnOp.SIGMOID: return const(1.0 / (1.0 + math.exp(-x)), a.dtype)
+    except (ValueError, OverflowError):
+        pass
+    return Unary(op, a)
+
+
+def coefficient(e: Expr, v: Var):
+    """Integer coefficient of ``v`` in ``e`` if ``e`` is linear in ``v``, else None."""
+    lin = _lin(e)
+    c = lin.terms.get(v, 0)
+    for t in lin.terms:
+        if t is not v and t != v and _mentions(t, v):
+            return None
+    return c
+
+
+def _mentions(e: Expr, v: Var) -> bool:
+    from .expr import children
+    stack = [e]
+    while stack:
+        n = stack.pop()
+        if n == v:
+            return True
+        stack.extend(children(n))
+    return False

@@ -213,7 +213,8 @@ def apply_compute_at(g, inputs, attrs, outputs):
         st.attach = old
         raise ComputeAtError("compute_at", f"loop {handle} does not enclose {', '.join(outside)}, which "
                              f"read{'s' if len(outside) == 1 else ''} {st.name}; expected a loop of a stage "
-                             f"that contains every consumer of {st.name}", stage=st.name, loop=loop)
+                             f"that contains every consumer of {st.name} (move those consumers inside it first)",
+                             stage=st.name, loop=loop)
     return []
 
 

@@ -114,7 +114,7 @@ class _Lowering:
             else:
                 extents[rel.fused] = extents[rel.outer] * extents[rel.inner]
         lvars = {n: Var(f"{s.name}.{n}") for n in s.leaf}
-        values = dict(lvars)
+        values = {n: (const(0) if extents[n] == 1 else v) for n, v in lvars.items()}
         for rel in reversed(s.relations):
             if isinstance(rel, Split):
                 values[rel.parent] = values[rel.outer] * rel.factor + values[rel.inner]
@@ -270,6 +270,12 @@ class _Lowering:
                 return leaf_body(pending) if pass_pending else self._guard(pending, leaf_body())
             name = loops[i]
             var, ext = lay.vars[name], lay.extents[name]
+            if ext == 1:  # a single iteration: no loop, the variable is 0 everywhere
+                inner = rec(i + 1, pending)
+                if attach:
+                    for p in reversed(self.attached.get((s.name, name), [])):
+                        inner = self._with_stage(p, inner)
+                return inner
             self.bound.add(var)
             ready = [c for c in pending if free_vars(c[0]) <= self.bound]
             rest = [c for c in pending if not free_vars(c[0]) <= self.bound]
@@ -279,10 +285,7 @@ class _Lowering:
                     inner = self._with_stage(p, inner)
             inner = self._guard(ready, inner)
             self.bound.discard(var)
-            kind = s.annotation(name)
-            if ext == 1 and kind is not ForKind.PARALLEL:
-                kind = ForKind.SERIAL
-            return For(var, ext, kind, inner)
+            return For(var, ext, s.annotation(name), inner)
 
         ready = [c for c in conds if free_vars(c[0]) <= self.bound]
         rest = [c for c in conds if not free_vars(c[0]) <= self.bound]

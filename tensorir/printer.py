@@ -12,6 +12,8 @@ def expr_str(e, prec: int = 0) -> str:
     from .ir import Load
     from .te import Reduce, TensorRead
     if isinstance(e, Const):
+        if e.dtype in ("float32", "float64") and e.value in (float("inf"), float("-inf")):
+            return "-inf" if e.value < 0 else "inf"
         if e.dtype == "float32":
             return f"{e.value!r}f"
         return repr(e.value)

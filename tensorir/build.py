@@ -1,0 +1,272 @@
+"""Compile loop IR into callable kernels; cache them; export object files and libraries.
+
+>>> kernel = build(func)            # func: a PrimFunc (or anything lower() accepts)
+>>> kernel(a, b, c)                 # numpy arrays in parameter order; outputs in place
+"""
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from collections import OrderedDict
+
+import llvmlite.binding as llvm
+import numpy as np
+
+from . import runtime
+from .codegen import codegen
+from .ir import PrimFunc, Store, walk_stmts
+
+CACHE_SIZE = 512
+
+
+class ToolchainError(RuntimeError):
+    """No usable C compiler/linker for :meth:`Kernel.export_library`."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _ParamSpec:
+    name: str
+    dtype: np.dtype
+    shape: tuple
+    is_output: bool
+
+
+class Kernel:
+    """A compiled :class:`~tensorir.ir.PrimFunc`, callable on numpy arrays.
+
+    Attributes
+    ----------
+    func : PrimFunc
+        The loop-nest function this kernel was compiled from.
+    name : str
+        The symbol name (``func.name``).
+    threads : int
+        Threads used by parallel loops (default: the usable cores).
+    compile_seconds : float
+        Wall time of codegen + optimization + machine code + JIT link.
+    """
+
+    def __init__(self, func: PrimFunc, address: int, *, keepalive=None, module=None,
+                 object_code: bytes | None = None, uses_openmp: bool = False,
+                 compile_seconds: float = 0.0):
+        self.func = func
+        self.name = func.name
+        self.compile_seconds = compile_seconds
+        self.uses_openmp = uses_openmp
+        self._address = address
+        self._keepalive = keepalive      # JIT resource tracker or ctypes.CDLL
+        self._module = module            # optimized llvmlite.binding module (JIT only)
+        self._object = object_code
+        self._llvm_ir = None
+        self._threads = runtime.host_target()["num_cores"]
+        outputs = {s.buffer for s in walk_stmts(func.body) if isinstance(s, Store)}
+        self._specs = tuple(_ParamSpec(b.name, np.dtype(b.dtype), tuple(b.shape), b in outputs)
+                            for b in func.params)
+        proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * len(func.params)), ctypes.c_int32)
+        self._cfunc = proto(address)
+
+    # -------------------------------------------------------- properties
+    @property
+    def threads(self) -> int:
+        return self._threads
+
+    @threads.setter
+    def threads(self, n: int) -> None:
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise ValueError(f"kernel '{self.name}': threads must be a positive int, got {n!r}")
+        self._threads = int(n)
+
+    @property
+    def llvm_ir(self) -> str | None:
+        """Optimized LLVM IR text (None for a kernel loaded from a shared library)."""
+        if self._llvm_ir is None and self._module is not None:
+            with runtime.LLVM_LOCK:
+                self._llvm_ir = str(self._module)
+        return self._llvm_ir
+
+    def asm(self) -> str:
+        """Host assembly of the kernel, generated on demand."""
+        if self._module is None:
+            raise RuntimeError(f"kernel '{self.name}' was loaded from a library; no IR to assemble")
+        return runtime.emit_assembly(self._module)
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{s.name}: {s.dtype}{list(s.shape)}" for s in self._specs)
+        return f"<Kernel {self.name}({params}) threads={self.threads}>"
+
+    # -------------------------------------------------------- calling
+    def _check(self, arrays) -> list:
+        specs = self._specs
+        if len(arrays) != len(specs):
+            names = ", ".join(s.name for s in specs)
+            raise TypeError(f"kernel '{self.name}' takes {len(specs)} arrays ({names}), "
+                            f"got {len(arrays)}")
+        ptrs, spans = [], []
+        for i, (a, s) in enumerate(zip(arrays, specs)):
+            where = f"kernel '{self.name}': argument {i} ('{s.name}')"
+            if not isinstance(a, np.ndarray):
+                raise TypeError(f"{where} must be a numpy.ndarray, got {type(a).__name__}")
+            if a.dtype != s.dtype:
+                raise TypeError(f"{where} has dtype {a.dtype}, expected {s.dtype}")
+            if a.shape != s.shape:
+                raise ValueError(f"{where} has shape {a.shape}, expected {s.shape}")
+            if not a.flags.c_contiguous:
+                raise ValueError(f"{where} is not C-contiguous (use np.ascontiguousarray)")
+            if s.is_output and not a.flags.writeable:
+                raise ValueError(f"{where} is written by the kernel but the array is read-only")
+            ptr = a.ctypes.data
+            ptrs.append(ptr)
+            spans.append((ptr, ptr + a.nbytes, i))
+        # Parameters are declared noalias: an output may not overlap another array.
+        for i0 in range(len(spans)):
+            for i1 in range(i0 + 1, len(spans)):
+                (lo0, hi0, _), (lo1, hi1, _) = spans[i0], spans[i1]
+                if (specs[i0].is_output or specs[i1].is_output) and lo0 < hi1 and lo1 < hi0:
+                    raise ValueError(f"kernel '{self.name}': arguments {i0} ('{specs[i0].name}') "
+                                     f"and {i1} ('{specs[i1].name}') overlap in memory")
+        return ptrs
+
+    def __call__(self, *arrays) -> None:
+        """Run the kernel on ``arrays`` (parameter order); outputs are written in place."""
+        ptrs = self._check(arrays)
+        self._cfunc(*ptrs, self._threads)
+
+    # -------------------------------------------------------- export
+    def export_object(self, path) -> None:
+        """Write the kernel as an ELF relocatable object file (PIC).
+
+        The object defines ``void <name>(void *p0, ..., void *pN, int num_threads)``
+        and, for parallel kernels, needs libgomp at link time.
+        """
+        if self._object is None:
+            raise RuntimeError(f"kernel '{self.name}' has no object code (loaded from a library)")
+        with open(path, "wb") as f:
+            f.write(self._object)
+
+    def export_library(self, path) -> None:
+        """Link the kernel into a shared library with the system C compiler.
+
+        Load it back with :func:`load_library`.
+
+        Raises
+        ------
+        ToolchainError
+            If no C compiler is found or linking fails.
+        """
+        cc = next((shutil.which(c) for c in ("cc", "gcc", "clang") if shutil.which(c)), None)
+        if cc is None:
+            raise ToolchainError("export_library needs a C compiler to link a shared library "
+                                 "(none of cc, gcc, clang is on PATH); export_object() works "
+                                 "without one")
+        libs = ["-lm"]
+        if self.uses_openmp:
+            gomp = runtime.libgomp_path()
+            libs = [gomp, f"-Wl,-rpath,{os.path.dirname(gomp)}"] + libs
+        with tempfile.TemporaryDirectory() as tmp:
+            obj = os.path.join(tmp, f"{self.name}.o")
+            self.export_object(obj)
+            cmd = [cc, "-shared", "-o", os.fspath(path), obj] + libs
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise ToolchainError(f"linking '{path}' failed ({' '.join(cmd)}):\n{proc.stderr}")
+
+
+def load_library(path, func: PrimFunc) -> Kernel:
+    """Load a library written by :meth:`Kernel.export_library` as a Kernel.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The shared library.
+    func : PrimFunc
+        The function it was built from (gives the symbol name and the
+        parameter checks).
+    """
+    lib = ctypes.CDLL(os.fspath(os.path.abspath(path)))
+    try:
+        sym = getattr(lib, func.name)
+    except AttributeError:
+        raise ValueError(f"library '{path}' does not define kernel '{func.name}'") from None
+    address = ctypes.cast(sym, ctypes.c_void_p).value
+    return Kernel(func, address, keepalive=lib)
+
+
+# ---------------------------------------------------------------- build + cache
+
+_cache: OrderedDict = OrderedDict()
+_cache_lock = threading.Lock()
+_stats = {"hits": 0, "misses": 0}
+
+
+def build(obj, name: str | None = None) -> Kernel:
+    """Compile a function into a callable :class:`Kernel`.
+
+    Parameters
+    ----------
+    obj : PrimFunc or schedule/workload
+        A lowered function, or anything :func:`tensorir.lower.lower` accepts.
+    name : str, optional
+        Rename the kernel symbol.
+
+    Returns
+    -------
+    Kernel
+        Identical functions (structurally equal PrimFuncs) share one compiled
+        kernel through a bounded LRU cache.
+    """
+    if isinstance(obj, PrimFunc):
+        func = obj
+    else:
+        from .lower import lower
+        func = lower(obj)
+    if name is not None and name != func.name:
+        func = dataclasses.replace(func, name=name)
+    with _cache_lock:
+        kernel = _cache.get(func)
+        if kernel is not None:
+            _cache.move_to_end(func)
+            _stats["hits"] += 1
+            return kernel
+        _stats["misses"] += 1
+    kernel = compile_func(func)
+    with _cache_lock:
+        _cache[func] = kernel
+        while len(_cache) > CACHE_SIZE:
+            # Dropping the last reference frees the JIT code (its resource tracker).
+            _cache.popitem(last=False)
+    return kernel
+
+
+def compile_func(func: PrimFunc, speed_level: int = 3) -> Kernel:
+    """Compile ``func`` without consulting the cache (see :func:`build`)."""
+    t0 = time.perf_counter()
+    irmod = codegen(func)
+    text = str(irmod)
+    with runtime.LLVM_LOCK:
+        mod = llvm.parse_assembly(text)
+        runtime.prepare_module(mod)
+        mod.verify()
+        runtime.optimize(mod, speed_level)
+        obj = runtime.emit_object(mod)
+        tracker, address = runtime.jit_link(obj, func.name, need_omp=irmod.uses_openmp)
+    return Kernel(func, address, keepalive=tracker, module=mod, object_code=obj,
+                  uses_openmp=irmod.uses_openmp, compile_seconds=time.perf_counter() - t0)
+
+
+def clear_cache() -> None:
+    """Forget every cached kernel (kernels still referenced elsewhere keep working)."""
+    with _cache_lock:
+        _cache.clear()
+        _stats.update(hits=0, misses=0)
+
+
+def cache_info() -> dict:
+    """``{"size", "capacity", "hits", "misses"}`` of the kernel cache."""
+    with _cache_lock:
+        return dict(size=len(_cache), capacity=CACHE_SIZE, **_stats)

@@ -1,0 +1,92 @@
+"""Shared fixtures: small workloads, a golden-text checker and a numerics checker."""
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+import pytest
+
+from tensorir import te
+
+GOLDEN = pathlib.Path(__file__).parent / "golden"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--update-golden", action="store_true", help="rewrite tests/golden/*.txt from the output")
+
+
+@pytest.fixture
+def golden(request):
+    """``golden(name, text)``: compare with tests/golden/<name>.txt (``--update-golden`` rewrites)."""
+    update = request.config.getoption("--update-golden")
+
+    def check(name: str, text: str):
+        path = GOLDEN / f"{name}.txt"
+        if update or not path.exists():
+            if not update:
+                pytest.fail(f"golden file {path} is missing; run pytest --update-golden and review the diff")
+            path.write_text(text.rstrip() + "\n")
+            return
+        assert text.rstrip() == path.read_text().rstrip(), f"loop nest differs from {path}"
+    return check
+
+
+def matmul_wl(M=37, N=45, K=23, dtype="float32"):
+    A = te.placeholder((M, K), dtype, "A")
+    B = te.placeholder((K, N), dtype, "B")
+    k = te.reduce_axis(K, "k")
+    C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), "C")
+    return [A, B, C]
+
+
+def chain_wl(n=50, m=30):
+    """x -> y = x * 2 + 1 -> z = exp(y) * x (two elementwise stages)."""
+    x = te.placeholder((n, m), "float32", "x")
+    y = te.compute((n, m), lambda i, j: x[i, j] * 2.0 + 1.0, "y")
+    z = te.compute((n, m), lambda i, j: te.tanh(y[i, j]) * x[i, j], "z")
+    return [x, z]
+
+
+def conv_wl(N=1, C=3, H=11, W=9, K=5, R=3, S=3, pad=1):
+    X = te.placeholder((N, C, H, W), "float32", "X")
+    Wt = te.placeholder((K, C, R, S), "float32", "W")
+    P = te.compute((N, C, H + 2 * pad, W + 2 * pad),
+                   lambda n, c, h, w: te.if_then_else(
+                       te.all(h >= pad, h < H + pad, w >= pad, w < W + pad), X[n, c, h - pad, w - pad], 0.0),
+                   "pad")
+    rc, rr, rs = te.reduce_axis(C, "rc"), te.reduce_axis(R, "rr"), te.reduce_axis(S, "rs")
+    O = te.compute((N, K, H, W), lambda n, k, h, w: te.sum(P[n, rc, h + rr, w + rs] * Wt[k, rc, rr, rs],
+                                                           axis=[rc, rr, rs]), "conv")
+    return [X, Wt, O]
+
+
+def random_inputs(tensors, seed=0):
+    rng = np.random.default_rng(seed)
+    out = []
+    for t in tensors:
+        if t.is_placeholder:
+            if t.dtype == "int32":
+                out.append(rng.integers(-10, 10, size=t.shape).astype(np.int32))
+            else:
+                out.append(rng.uniform(-1, 1, size=t.shape).astype(t.dtype))
+    return out
+
+
+def run_schedule(sch, seed=0):
+    """Build ``sch`` and run it on random inputs; returns (inputs, outputs)."""
+    from tensorir.build import build
+    ins = random_inputs(sch.tensors, seed)
+    outs = [np.full(t.shape, np.nan if t.dtype != "int32" else -7, dtype=t.dtype)
+            for t in sch.tensors if not t.is_placeholder]
+    kernel = build(sch.lower())
+    kernel(*ins, *outs)
+    return ins, outs
+
+
+def check_against_evaluator(sch, rtol=1e-4, atol=1e-4, seed=0):
+    """The scheduled kernel computes what the numpy evaluator of the tensor expression computes."""
+    from tensorir.evaluate import evaluate
+    ins, outs = run_schedule(sch, seed)
+    want = evaluate(list(sch.tensors), ins)
+    for got, ref in zip(outs, want):
+        np.testing.assert_allclose(got, ref, rtol=rtol, atol=atol)

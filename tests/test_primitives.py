@@ -1,0 +1,237 @@
+"""The four kinds of test for every schedule primitive (see shared/STYLE.md):
+golden loop-nest text, numerics vs numpy (odd shapes included), trace round trip,
+and every illegal use raising a ScheduleError with a matching message."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from schedules import Schedule
+from tensorir import errors as E
+from tests.conftest import chain_wl, check_against_evaluator, conv_wl, matmul_wl, run_schedule
+
+# ---------------------------------------------------------------- schedules
+
+def s_split():
+    return Schedule(matmul_wl()).split("C.i", factor=8).split("C.j", nparts=4)
+
+
+def s_tile():
+    return Schedule(matmul_wl()).tile(["C.i", "C.j"], [8, 16])
+
+
+def s_fuse():
+    return Schedule(matmul_wl()).fuse("C.i", "C.j")
+
+
+def s_reorder():
+    return Schedule(matmul_wl()).reorder("C.k", "C.j", "C.i")
+
+
+def s_unroll():
+    return Schedule(matmul_wl()).split("C.k", factor=4).unroll("C.k.1")
+
+
+def s_vectorize():
+    return Schedule(matmul_wl()).split("C.j", factor=8).reorder("C.i", "C.j.0", "C.k", "C.j.1").vectorize("C.j.1")
+
+
+def s_parallel():
+    return Schedule(matmul_wl()).fuse("C.i", "C.j").parallel("C.i.j.fused")
+
+
+def s_compute_at():
+    return Schedule(conv_wl()).split("conv.h", factor=4).compute_at("pad", "conv.h.0")
+
+
+def s_compute_inline():
+    return Schedule(conv_wl()).compute_inline("pad")
+
+
+def s_compute_root():
+    return Schedule(chain_wl()).compute_at("y", "z.i").compute_root("y")
+
+
+def s_cache_write():
+    s = Schedule(matmul_wl()).cache_write("C").tile(["C.i", "C.j"], [4, 16]).compute_at("C_local", "C.j.0")
+    return (s.reorder("C_local.k", "C_local.i", "C_local.j").unroll("C_local.i").vectorize("C_local.j")
+            .vectorize("C.j.1"))
+
+
+def s_pack():
+    s = Schedule(matmul_wl()).pack("B", {1: 16}, order=["1.o", "0", "1.i"])
+    return s.split("C.j", factor=16).reorder("C.i", "C.j.0", "C.k", "C.j.1").vectorize("C.j.1")
+
+
+def s_register_tiled_matmul():
+    """Everything together: packing, cache_write register tile, parallel outer loop."""
+    s = Schedule(matmul_wl(67, 83, 29)).pack("B", {1: 16}, order=["1.o", "0", "1.i"]).cache_write("C")
+    s = s.tile(["C.i", "C.j"], [4, 16]).compute_at("C_local", "C.j.0")
+    s = s.split("C_local.k", factor=4).reorder("C_local.k.0", "C_local.k.1", "C_local.i", "C_local.j")
+    s = s.unroll("C_local.k.1").unroll("C_local.i").vectorize("C_local.j").vectorize("C.j.1")
+    s = s.fuse("C.i.0", "C.j.0").parallel("C.i.0.j.0.fused").parallel("B_pack.d1.o")
+    return s
+
+
+CASES = {f.__name__[2:]: f for f in [s_split, s_tile, s_fuse, s_reorder, s_unroll, s_vectorize, s_parallel,
+                                      s_compute_at, s_compute_inline, s_compute_root, s_cache_write, s_pack,
+                                      s_register_tiled_matmul]}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_loop_nest_text(name, golden):
+    golden(f"primitive_{name}", str(CASES[name]().lower()))
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_numerics_match_numpy(name):
+    check_against_evaluator(CASES[name]())
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_trace_round_trip(name):
+    s = CASES[name]()
+    text = json.dumps(s.to_json())
+    again = Schedule.from_json(list(s.tensors), json.loads(text))
+    assert again.to_json() == s.to_json()
+    assert again.lower() == s.lower()
+    # the Python rendering replays too
+    env = {"Schedule": Schedule, "tensors": list(s.tensors)}
+    exec(s.to_python(), env)
+    assert env["s"].lower() == s.lower()
+
+
+def test_matmul_direct_numpy():
+    s = s_register_tiled_matmul()
+    (a, b), (c,) = run_schedule(s)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_split_non_dividing_odd_shapes():
+    for f in (1, 2, 3, 5, 7, 36, 37, 100):
+        check_against_evaluator(Schedule(matmul_wl()).split("C.i", factor=f).split("C.k", factor=f))
+
+
+def test_nested_splits_and_fuse_of_split_loops():
+    s = Schedule(matmul_wl()).split("C.i", factor=5).split("C.i.1", factor=2).fuse("C.i.1.0", "C.i.1.1")
+    check_against_evaluator(s)
+
+
+# ------------------------------------------------------------- illegal uses
+
+ILLEGAL = [
+    (lambda: Schedule(matmul_wl()).split("C.i", factor=0), E.SplitError, r"split: factor for loop C\.i must be a positive integer, got 0"),
+    (lambda: Schedule(matmul_wl()).split("C.i", factor=-3), E.SplitError, r"got -3"),
+    (lambda: Schedule(matmul_wl()).split("C.i", factor=2.5), E.SplitError, r"got 2\.5"),
+    (lambda: Schedule(matmul_wl()).split("C.i"), E.SplitError, r"exactly one of factor= or nparts="),
+    (lambda: Schedule(matmul_wl()).split("C.i", nparts=0), E.SplitError, r"nparts for loop C\.i"),
+    (lambda: Schedule(matmul_wl()).split("C.q", factor=2), E.UnknownHandleError, r"loop C\.q does not exist; current loops of C: \['C\.i', 'C\.j', 'C\.k'\]"),
+    (lambda: Schedule(matmul_wl()).split("D.i", factor=2), E.UnknownHandleError, r"no stage named 'D'"),
+    (lambda: Schedule(matmul_wl()).split("C.i", factor=2).split("C.i", factor=2), E.UnknownHandleError, r"loop C\.i was split or fused away"),
+    (lambda: Schedule(matmul_wl()).split("A.i", factor=2), E.UnknownHandleError, r"A is an input placeholder"),
+    (lambda: Schedule(matmul_wl()).split("Ci", factor=2), E.UnknownHandleError, r"expected a loop handle like 'C\.i'"),
+    (lambda: Schedule(matmul_wl()).fuse("C.i", "C.k"), E.FuseError, r"fuse: loops C\.i and C\.k must be adjacent.*found \['C\.j'\] between them"),
+    (lambda: Schedule(matmul_wl()).fuse("C.j", "C.i"), E.FuseError, r"C\.i is outside C\.j"),
+    (lambda: Schedule(matmul_wl()).fuse("C.j", "C.k"), E.FuseError, r"cannot fuse spatial loop C\.j with reduce loop C\.k"),
+    (lambda: Schedule(chain_wl()).fuse("z.i", "y.j"), E.FuseError, r"belong to different stages"),
+    (lambda: Schedule(matmul_wl()).reorder("C.i", "C.i"), E.ReorderError, r"loop C\.i is listed twice"),
+    (lambda: Schedule(chain_wl()).reorder("z.j", "y.i"), E.ReorderError, r"loop y\.i belongs to stage y, expected loops of stage z"),
+    (lambda: Schedule(matmul_wl()).vectorize("C.k"), E.AnnotationError, r"vectorize: loop C\.k is a reduction loop; expected a spatial loop"),
+    (lambda: Schedule(matmul_wl()).parallel("C.k"), E.AnnotationError, r"parallel: loop C\.k is a reduction loop; expected a spatial loop"),
+    (lambda: Schedule(matmul_wl()).parallel("C.i").vectorize("C.i"), E.AnnotationError, r"loop C\.i is already parallel"),
+    (lambda: Schedule(matmul_wl()).vectorize("C.j").split("C.j", factor=2), E.SplitError, r"loop C\.j is already vectorized; apply split before"),
+    (lambda: Schedule(conv_wl()).compute_at("pad", "pad.h"), E.ComputeAtError, r"cannot compute stage pad at its own loop"),
+    (lambda: Schedule(conv_wl()).compute_at("conv", "pad.h"), E.ComputeAtError, r"stage conv is an output of the workload"),
+    (lambda: Schedule(chain_wl()).compute_at("y", "z.q"), E.UnknownHandleError, r"loop z\.q does not exist"),
+    (lambda: Schedule(conv_wl()).compute_at("X", "conv.h"), E.UnknownHandleError, r"X is an input placeholder"),
+    (lambda: Schedule(conv_wl()).compute_inline("conv"), E.ComputeInlineError, r"stage conv is an output"),
+    (lambda: Schedule(_two_stage_reduction()).compute_inline("rowsum"), E.ComputeInlineError, r"stage rowsum is a reduction \(sum over \['k'\]\)"),
+    (lambda: Schedule(matmul_wl()).split("C.i", factor=4).cache_write("C"), E.CacheWriteError, r"stage C has already been scheduled; apply cache_write before"),
+    (lambda: Schedule(matmul_wl()).pack("B", {2: 4}), E.PackError, r"tensor B has 2 dimension\(s\); cannot split dimension 2"),
+    (lambda: Schedule(matmul_wl()).pack("B", {1: 0}), E.PackError, r"split factor of dimension 1 of B must be a positive integer, got 0"),
+    (lambda: Schedule(matmul_wl()).pack("B", {1: 4}, order=["0", "1.o"]), E.PackError, r"order \['0', '1\.o'\] must list each of"),
+    (lambda: Schedule(matmul_wl()).pack("Q", {1: 4}), E.UnknownHandleError, r"no tensor named 'Q'"),
+    (lambda: Schedule(matmul_wl()[:2]), E.WorkloadListError, r"the workload has no output"),
+    (lambda: Schedule([matmul_wl()[2]]), E.WorkloadListError, r"reads placeholder 'A', which is not in the workload list"),
+    (lambda: Schedule([1, 2]), E.WorkloadListError, r"workload entry 0 is int"),
+]
+
+
+def _two_stage_reduction():
+    from tensorir import te
+    x = te.placeholder((8, 6), "float32", "x")
+    k = te.reduce_axis(6, "k")
+    r = te.compute((8,), lambda i: te.sum(x[i, k], axis=k), "rowsum")
+    o = te.compute((8,), lambda i: r[i] * 2.0, "out")
+    return [x, o]
+
+
+@pytest.mark.parametrize("make,exc,pattern", ILLEGAL, ids=[p for _, _, p in ILLEGAL])
+def test_illegal_use_raises(make, exc, pattern):
+    with pytest.raises(exc, match=pattern) as info:
+        make()
+    assert isinstance(info.value, E.ScheduleError)
+
+
+def test_compute_at_loop_not_enclosing_consumer():
+    from tensorir import te
+    x = te.placeholder((16,), "float32", "x")
+    y = te.compute((16,), lambda i: x[i] + 1.0, "y")
+    a = te.compute((16,), lambda i: y[i] * 2.0, "a")
+    b = te.compute((16,), lambda i: y[i] * 3.0 + a[i], "b")
+    with pytest.raises(E.ComputeAtError, match=r"loop a\.i does not enclose b, which reads y"):
+        Schedule([x, b]).compute_at("y", "a.i")
+
+
+def test_vectorize_not_innermost_fails_at_lowering_with_detail():
+    s = Schedule(matmul_wl()).vectorize("C.j")
+    with pytest.raises(E.LoweringError, match=r"vectorize: loop C\.j must be the innermost loop of stage C, but C\.k is inside it") as info:
+        s.lower()
+    assert "<-- here" in info.value.detail()
+
+
+def test_vectorize_too_many_lanes():
+    from tensorir import te
+    x = te.placeholder((4, 100), "float32", "x")
+    y = te.compute((4, 100), lambda i, j: x[i, j] + 1.0, "y")
+    with pytest.raises(E.LoweringError, match=r"vectorize: loop y\.j has extent 100; expected at most 64"):
+        Schedule([x, y]).vectorize("y.j").lower()
+
+
+def test_error_detail_marks_culprit_loop():
+    with pytest.raises(E.FuseError) as info:
+        Schedule(matmul_wl()).fuse("C.i", "C.k")
+    text = info.value.detail()
+    assert "for C.i in range(37)   <-- here" in text
+
+
+def test_replay_errors():
+    A, B, C = matmul_wl()
+    with pytest.raises(E.ScheduleError, match="unknown instruction 'spilt'"):
+        Schedule.from_json([A, B, C], {"instructions": [["spilt", ["C.i"], {"factor": 2}, []]]})
+    with pytest.raises(E.ScheduleError, match="instruction 0 is malformed"):
+        Schedule.from_json([A, B, C], {"instructions": [["split", "C.i"]]})
+    with pytest.raises(E.DecisionError, match="decision 'ti', which has no value"):
+        Schedule.from_json([A, B, C], {"instructions": [["split", ["C.i"], {"factor": {"$decision": "ti"}}, []]]})
+    with pytest.raises(E.ScheduleError, match="not valid JSON"):
+        Schedule.from_json([A, B, C], "{nope")
+
+
+def test_decisions_are_resolved_on_replay():
+    A, B, C = matmul_wl()
+    trace = {"instructions": [["split", ["C.i"], {"factor": {"$decision": "ti"}}, []]], "decisions": {"ti": 8}}
+    s = Schedule.from_json([A, B, C], trace)
+    assert s.loops("C") == ["C.i.0", "C.i.1", "C.j", "C.k"]
+    assert s.extent("C.i.1") == 8
+    check_against_evaluator(s)
+
+
+def test_schedule_is_immutable():
+    s0 = Schedule(matmul_wl())
+    text = str(s0.lower())
+    s1 = s0.split("C.i", factor=4)
+    assert str(s0.lower()) == text
+    assert s0.loops("C") == ["C.i", "C.j", "C.k"]
+    assert s1.loops("C") == ["C.i.0", "C.i.1", "C.j", "C.k"]

@@ -4,11 +4,12 @@ Tuning records as JSON Lines, an append-only log that survives kills and
 concurrent writers, default log locations, and the compile-time lookup of the
 best tuned schedule for a workload on a target.
 """
-from .database import LOCK_TIMEOUT_SECONDS, LogError, LogWarning, ReadResult, TuningLog
+from .database import LOCK_TIMEOUT_SECONDS, LogError, LogWarning, TuningLog
 from .lookup import MATCHES, Lookup, clear_cache, find_best
 from .paths import default_log_path, default_log_paths, pretuned_dir
+from .reader import ReadResult
 from .record import (ERROR_KINDS, FORMAT_VERSION, RecordError, RecordVersionError,
-                     TuningRecord, describe_target, target_key, tensortune_version,
+                     TuningRecord, describe_target, installed_version, target_key,
                      utc_now, workload_label)
 
 __all__ = [
@@ -16,5 +17,5 @@ __all__ = [
     "LogError", "LogWarning", "Lookup", "ReadResult", "RecordError", "RecordVersionError",
     "TuningLog", "TuningRecord",
     "clear_cache", "default_log_path", "default_log_paths", "describe_target", "find_best",
-    "pretuned_dir", "target_key", "tensortune_version", "utc_now", "workload_label",
+    "pretuned_dir", "installed_version", "target_key", "utc_now", "workload_label",
 ]

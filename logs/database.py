@@ -195,7 +195,7 @@ class TuningLog:
         try:
             with open(self.path, "rb") as f:
                 data = f.read()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return ReadResult(path=self.path)
         except OSError as exc:
             reason = exc.strerror or str(exc)

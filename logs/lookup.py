@@ -209,8 +209,12 @@ def find_best(workload_key: str, target: Mapping,
     """
     if paths is None:
         paths = default_log_paths()
+    elif isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
     searched = tuple(os.path.abspath(os.path.expanduser(os.fspath(p))) for p in paths)
-    summaries = [_load(p, workload_key, stacklevel=3) for p in searched]
+    summaries = []
+    for path in searched:  # a loop, not a comprehension, so stacklevel reaches the caller
+        summaries.append(_load(path, workload_key, stacklevel=3))
     kind, cpu, threads = target_key(target)
     here = describe_target(target)
 

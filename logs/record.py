@@ -69,7 +69,7 @@ def utc_now() -> str:
     return now.replace("+00:00", "Z")
 
 
-def tensortune_version() -> str:
+def installed_version() -> str:
     """Return the installed tensortune version (from package metadata or pyproject.toml).
 
     Returns
@@ -231,7 +231,7 @@ class TuningRecord:
     compile_seconds: float = 0.0
     run_seconds: float = 0.0
     timestamp: str = field(default_factory=utc_now)
-    tensortune_version: str = field(default_factory=tensortune_version)
+    tensortune_version: str = field(default_factory=installed_version)
     flops: int | None = None
 
     def __post_init__(self) -> None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from .errors import LoweringError
 from .expr import Binary, BinOp, Const, Expr, Var, const
 from .ir import Allocate, Buffer, For, ForKind, IfThenElse, Load, PrimFunc, Scope, Store, seq
-from .simplify import Linear, _lin, int_range, simplify
+from .simplify import Linear, _lin, int_range, linear_range, simplify
 from .stage import Fuse, Split, Stage, StageGraph
 from .rewrite import rewrite as _rewrite, substitute as _substitute
 from .te import AxisKind, Reduce, Reducer, TensorRead, free_vars
@@ -79,6 +79,7 @@ class _Lowering:
         self.busy: set = set()
         self.ranges: dict = {}      # Var -> (lo, hi) of every loop variable in scope or known
         self.bound: set = set()     # loop variables of the loops currently open
+        self.no_version = 0         # > 0 while emitting the guarded (edge-tile) copy of a nest
         self.attached: dict = {}
         for s in graph.stages:
             if s.attach.kind == "at":
@@ -264,36 +265,73 @@ class _Lowering:
 
     def nest(self, s: Stage, lay: _Layout, loops: list, conds: list, leaf_body, attach: bool,
              pass_pending: bool = False):
-        """Loops ``loops`` of stage ``s`` around ``leaf_body``, guards placed as high as possible."""
+        """Loops ``loops`` of stage ``s`` around ``leaf_body``, guards placed as high as possible.
+
+        Guards that only fail on edge tiles are *versioned*: at the outermost loop
+        where the outer variables decide them for the whole inner nest, a guard-free
+        copy runs full tiles and the guarded copy runs only the edge tiles.
+        """
+        def finish(pending):
+            return leaf_body(pending) if pass_pending else self._guard(pending, leaf_body())
+
         def rec(i: int, pending: list):
             if i == len(loops):
-                return leaf_body(pending) if pass_pending else self._guard(pending, leaf_body())
+                return finish(pending)
             name = loops[i]
             var, ext = lay.vars[name], lay.extents[name]
             if ext == 1:  # a single iteration: no loop, the variable is 0 everywhere
-                inner = rec(i + 1, pending)
-                if attach:
-                    for p in reversed(self.attached.get((s.name, name), [])):
-                        inner = self._with_stage(p, inner)
-                return inner
+                inner = self._versioned(pending, lambda p: rec(i + 1, p))
+                return self._attach(s, name, inner) if attach else inner
             self.bound.add(var)
             ready = [c for c in pending if free_vars(c[0]) <= self.bound]
             rest = [c for c in pending if not free_vars(c[0]) <= self.bound]
-            inner = rec(i + 1, rest)
+            inner = self._versioned(rest, lambda p: rec(i + 1, p))
             if attach:
-                for p in reversed(self.attached.get((s.name, name), [])):
-                    inner = self._with_stage(p, inner)
+                inner = self._attach(s, name, inner)
             inner = self._guard(ready, inner)
             self.bound.discard(var)
             return For(var, ext, s.annotation(name), inner)
 
         ready = [c for c in conds if free_vars(c[0]) <= self.bound]
         rest = [c for c in conds if not free_vars(c[0]) <= self.bound]
-        if not loops:
-            out = leaf_body(rest) if pass_pending else self._guard(rest, leaf_body())
-        else:
-            out = rec(0, rest)
+        out = self._versioned(rest, finish) if not loops else self._versioned(rest, lambda p: rec(0, p))
         return self._guard(ready, out)
+
+    def _attach(self, s: Stage, loop: str, inner):
+        for p in reversed(self.attached.get((s.name, loop), [])):
+            inner = self._with_stage(p, inner)
+        return inner
+
+    def _versioned(self, pending: list, build):
+        """``build(pending)``, split into a guard-free full-tile copy when the bound loops decide it."""
+        if not pending or self.no_version:
+            return build(pending)
+        checks, dropped = [], []
+        for c in pending:
+            whole = _for_all_inner(simplify(c[0], self.ranges), self.bound, self.ranges)
+            if whole is None:
+                continue
+            whole = simplify(whole, self.ranges)
+            if isinstance(whole, Const):
+                if whole.value:
+                    dropped.append(c)
+                continue
+            checks.append(whole)
+            dropped.append(c)
+        if not checks:
+            if dropped:
+                return build([c for c in pending if c not in dropped])
+            return build(pending)
+        fast = build([c for c in pending if c not in dropped])
+        self.no_version += 1
+        try:
+            slow = build(pending)
+        finally:
+            self.no_version -= 1
+        cond = checks[0]
+        for c in checks[1:]:
+            cond = Binary(BinOp.AND, cond, c)
+        return IfThenElse(cond, fast, slow)
 
     def _with_stage(self, p: Stage, inner):
         lay = self.layout(p)
@@ -375,3 +413,31 @@ def _split_fixed(e: Expr, varying: dict):
     if r is None:
         return None
     return (fixed.to_expr(), r[0], r[1])
+
+
+def _for_all_inner(cond: Expr, bound: set, ranges: dict):
+    """A condition on the ``bound`` variables implying ``cond`` for every value of the others.
+
+    ``cond`` is a simplified ``terms < c`` or ``terms >= c``; the unbound part is replaced
+    by its maximum (resp. minimum).  None when no such condition exists.
+    """
+    if not isinstance(cond, Binary) or cond.op not in (BinOp.LT, BinOp.GE):
+        return None
+    fv = free_vars(cond)
+    if fv <= bound or not fv & bound:
+        return None
+    lin = _lin(cond.a)
+    outer, inner = Linear(), Linear()
+    for t, k in lin.terms.items():
+        tv = free_vars(t)
+        if tv <= bound:
+            outer.terms[t] = k
+        elif not tv & bound:
+            inner.terms[t] = k
+        else:
+            return None
+    r = linear_range(inner, ranges)
+    if r is None:
+        return None
+    outer.const = lin.const + (r[1] if cond.op is BinOp.LT else r[0])
+    return Binary(cond.op, outer.to_expr(), cond.b)

@@ -5,10 +5,12 @@ hand-written numpy reference exists, so it shares no code with lowering or
 codegen.  Each compute stage is evaluated over its whole iteration domain at
 once: every axis variable becomes an ``np.arange`` laid along its own grid
 dimension (spatial axes first, then reduce axes), a ``TensorRead`` is a
-fancy-indexing gather and the body broadcasts to the domain.  Domains larger
-than ``max_elements`` are cut into blocks (reduce axes first, then the
-outermost spatial axes) whose partial results are accumulated, so no temporary
-exceeds that many elements.
+fancy-indexing gather and the body broadcasts to the domain.  A temporary
+only spans the axes its subexpression uses, and a sum of products (matmul,
+convolution) is contracted with ``np.matmul`` without materializing the
+product.  Domains whose temporaries would exceed ``max_elements`` are cut into
+blocks (reduce axes first, then the outermost spatial axes) whose partial
+results are accumulated.
 
 >>> import numpy as np
 >>> from tensorir import ops
@@ -29,7 +31,7 @@ import numpy as np
 
 from .expr import (COMPARE_OPS, FLOAT_DTYPES, LOGIC_OPS, Binary, BinOp, Cast, Const, Expr, Select, Unary,
                    UnOp, Var, children)
-from .te import Reduce, Reducer, Tensor, TensorRead, walk
+from .te import Reduce, Reducer, Tensor, TensorRead, free_vars, walk
 
 DEFAULT_MAX_ELEMENTS = 1 << 25  # 32M elements: 128 MiB per float32 temporary
 
@@ -98,8 +100,8 @@ def evaluate(tensors, inputs: Sequence, *, max_elements: int = DEFAULT_MAX_ELEME
         One array per placeholder of ``tensors``, in list order, with exactly
         the placeholder's shape and dtype (no implicit casts).
     max_elements : int, optional
-        Largest iteration-domain block evaluated at once; bounds the size of
-        every temporary (default 2**25).
+        Largest number of elements a temporary may have (default 2**25,
+        128 MiB of float32); bigger domains are evaluated block by block.
 
     Returns
     -------
@@ -157,14 +159,18 @@ def _bind_inputs(tensors: list, inputs) -> dict:
     return values
 
 
-def _block_shape(extents: list, n_spatial: int, limit: int) -> list:
-    """Block extents per grid dimension with product <= limit: shrink reduce axes, then outer spatial axes."""
+def _block_shape(extents: list, n_spatial: int, groups: list, limit: int) -> list:
+    """Block extents per grid dim such that, for every group of dims, the block's product is <= limit.
+
+    Each group is the set of dims one temporary spans.  Reduce dims are
+    shrunk first, then the outermost spatial dims.
+    """
     blocks = list(extents)
     for d in list(range(n_spatial, len(extents))) + list(range(n_spatial)):
-        total = math.prod(blocks)
-        if total <= limit:
-            break
-        blocks[d] = max(1, limit // (total // blocks[d]))
+        for group in groups:
+            total = math.prod(blocks[g] for g in group)
+            if d in group and total > limit:
+                blocks[d] = max(1, limit // (total // blocks[d]))
     return blocks
 
 
@@ -198,29 +204,46 @@ def _binary(op: BinOp, a, b, dtype: str):
     return _UFUNCS[op](a, b)
 
 
-_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+def _full_rank(x, nd: int) -> np.ndarray:
+    x = np.asarray(x)
+    return x.reshape((1,) * (nd - x.ndim) + x.shape)
 
 
 def _contract(a, b, lens: tuple, n_spatial: int):
-    """``sum over the reduce dims of a * b`` for grid-shaped operands, via ``np.einsum``."""
-    a, b = np.asarray(a), np.asarray(b)
+    """``sum over the reduce dims of a * b`` for grid-shaped operands, as one batched ``np.matmul``.
+
+    Grid dims are classified as batch (spatial, in both operands), rows
+    (spatial, in ``a`` only), cols (spatial, in ``b`` only) and contracted
+    (reduce, in both); a reduce dim only one operand spans is summed out of
+    it first, and one neither spans multiplies the result by its extent.
+    """
     nd = len(lens)
-    if nd > len(_LETTERS):
-        prod = np.broadcast_to(a * b, lens)
-        return np.sum(prod, axis=tuple(range(n_spatial, nd)), dtype=prod.dtype)
-    spans = []
-    operands = []
-    for x in (a, b):
-        x = x.reshape((1,) * (nd - x.ndim) + x.shape)
-        dims = [d for d in range(nd) if x.shape[d] > 1]
-        spans.append(set(dims))
-        operands.append((x.reshape([x.shape[d] for d in dims]), "".join(_LETTERS[d] for d in dims)))
-    spanned = spans[0] | spans[1]
-    out_dims = [d for d in range(n_spatial) if d in spanned]
-    subscripts = f"{operands[0][1]},{operands[1][1]}->{''.join(_LETTERS[d] for d in out_dims)}"
-    r = np.einsum(subscripts, operands[0][0], operands[1][0], optimize=len(spanned) > 0)
-    r = np.reshape(r, [lens[d] if d in spanned else 1 for d in range(n_spatial)])
-    repeats = math.prod(lens[d] for d in range(n_spatial, nd) if d not in spanned)
+    a, b = _full_rank(a, nd), _full_rank(b, nd)
+    in_a = {d for d in range(nd) if a.shape[d] > 1}
+    in_b = {d for d in range(nd) if b.shape[d] > 1}
+    reduce_dims = range(n_spatial, nd)
+    repeats = math.prod(lens[d] for d in reduce_dims if d not in in_a | in_b)
+    only_a = tuple(d for d in reduce_dims if d in in_a - in_b)
+    only_b = tuple(d for d in reduce_dims if d in in_b - in_a)
+    if only_a:
+        a = np.sum(a, axis=only_a, keepdims=True, dtype=a.dtype)
+    if only_b:
+        b = np.sum(b, axis=only_b, keepdims=True, dtype=b.dtype)
+    batch = [d for d in range(n_spatial) if d in in_a and d in in_b]
+    rows = [d for d in range(n_spatial) if d in in_a and d not in in_b]
+    cols = [d for d in range(n_spatial) if d in in_b and d not in in_a]
+    contracted = [d for d in reduce_dims if d in in_a and d in in_b]
+
+    def as_matrices(x, first, second):
+        used = batch + first + second
+        x = x.transpose(used + [d for d in range(nd) if d not in used])  # the rest have size 1
+        return x.reshape(math.prod(lens[d] for d in batch), math.prod(lens[d] for d in first),
+                         math.prod(lens[d] for d in second))
+
+    r = np.matmul(as_matrices(a, rows, contracted), as_matrices(b, contracted, cols))
+    order = batch + rows + cols
+    r = r.reshape([lens[d] for d in order]).transpose(np.argsort(order))
+    r = r.reshape([lens[d] if d in order else 1 for d in range(n_spatial)])
     return r * r.dtype.type(repeats) if repeats > 1 else r
 
 
@@ -241,11 +264,21 @@ class _StageEvaluator:
         root = self.reduce.source if self.reduce else self.body
         uses = Counter(id(n) for n in walk(root))
         self.shared = {k for k, c in uses.items() if c > 1}
+        # Every temporary spans only the dims of the variables its subtree uses (reductions over
+        # dims it does not use are broadcast views), so blocks bound those sets and the output block.
+        self.contract = (self.reduce is not None and self.reduce.reducer is Reducer.SUM
+                         and isinstance(root, Binary) and root.op is BinOp.MUL)
+        self.groups = [self._dims(e) for e in ((root.a, root.b) if self.contract else (root,))]
+        self.groups.append(set(range(self.n_spatial)))
+
+    def _dims(self, e: Expr) -> set:
+        pos = {ax.var: d for d, ax in enumerate(self.axes)}
+        return {pos[v] for v in free_vars(e) if v in pos}
 
     def run(self) -> np.ndarray:
         extents = [ax.extent for ax in self.axes]
         ns = self.n_spatial
-        blocks = _block_shape(extents, ns, self.max_elements)
+        blocks = _block_shape(extents, ns, self.groups, self.max_elements)
         ranges = [range(0, e, b) for e, b in zip(extents, blocks)]
         out = np.empty(self.tensor.shape, np.dtype(self.tensor.dtype))
         for sp_starts in itertools.product(*ranges[:ns]):
@@ -264,8 +297,7 @@ class _StageEvaluator:
 
     def _reduce_block(self):
         src, ns = self.reduce.source, self.n_spatial
-        if self.reduce.reducer is Reducer.SUM and isinstance(src, Binary) and src.op is BinOp.MUL:
-            # a sum of products (matmul, conv) is contracted without materializing the product
+        if self.contract:  # a sum of products (matmul, conv): never materialize the product
             return _contract(self._eval(src.a, None), self._eval(src.b, None), self.lens, ns)
         values = np.broadcast_to(self._eval(src, None), self.lens)
         axis = tuple(range(ns, len(self.axes)))
@@ -285,34 +317,35 @@ class _StageEvaluator:
 
     def _eval(self, e: Expr, guard):
         """Value of ``e`` on the current block; ``guard`` masks the points where ``e`` is actually used."""
-        if guard is None and id(e) in self.shared:
-            hit = self.memo.get(id(e))
-            if hit is None:
-                hit = self.memo[id(e)] = self._eval_node(e, None)
-            return hit
-        return self._eval_node(e, guard)
-
-    def _eval_node(self, e: Expr, guard):
+        # one Python frame per expression level, so deep expressions stay within the recursion limit
+        memoize = guard is None and id(e) in self.shared
+        if memoize and id(e) in self.memo:
+            return self.memo[id(e)]
         if isinstance(e, Const):
-            return np.dtype(e.dtype).type(e.value)
-        if isinstance(e, Var):
+            value = np.dtype(e.dtype).type(e.value)
+        elif isinstance(e, Var):
             if e not in self.grid:
-                raise EvaluateError(f"stage {self.tensor.name!r} uses variable {e.name!r}, which is not one of its axes")
-            return self.grid[e]
-        if isinstance(e, TensorRead):
-            return self._read(e, guard)
-        if isinstance(e, Binary):
-            return _binary(e.op, self._eval(e.a, guard), self._eval(e.b, guard), e.a.dtype)
-        if isinstance(e, Unary):
-            return _UNARY[e.op](self._eval(e.a, guard))
-        if isinstance(e, Cast):
-            return self._eval(e.a, guard).astype(np.dtype(e.to))
-        if isinstance(e, Select):
-            return self._select(e, guard)
-        if isinstance(e, Reduce):
+                raise EvaluateError(f"stage {self.tensor.name!r} uses variable {e.name!r}, "
+                                    "which is not one of its axes")
+            value = self.grid[e]
+        elif isinstance(e, TensorRead):
+            value = self._read(e, guard)
+        elif isinstance(e, Binary):
+            value = _binary(e.op, self._eval(e.a, guard), self._eval(e.b, guard), e.a.dtype)
+        elif isinstance(e, Unary):
+            value = _UNARY[e.op](self._eval(e.a, guard))
+        elif isinstance(e, Cast):
+            value = self._eval(e.a, guard).astype(np.dtype(e.to))
+        elif isinstance(e, Select):
+            value = self._select(e, guard)
+        elif isinstance(e, Reduce):
             raise EvaluateError(f"stage {self.tensor.name!r}: a reduction must be the whole body of a compute")
-        raise EvaluateError(f"stage {self.tensor.name!r}: cannot evaluate a {type(e).__name__} node "
-                            "(not a tensor-expression node)")
+        else:
+            raise EvaluateError(f"stage {self.tensor.name!r}: cannot evaluate a {type(e).__name__} node "
+                                "(not a tensor-expression node)")
+        if memoize:
+            self.memo[id(e)] = value
+        return value
 
     def _select(self, e: Select, guard):
         cond = self._eval(e.cond, guard)
@@ -362,30 +395,38 @@ _ARITH_BINOPS = (BinOp.ADD, BinOp.SUB, BinOp.MUL, BinOp.DIV, BinOp.MIN, BinOp.MA
 _ARITH_UNOPS = (UnOp.EXP, UnOp.LOG, UnOp.SQRT, UnOp.TANH, UnOp.SIGMOID, UnOp.ABS)
 
 
-def _count_ops(e: Expr, seen: dict) -> tuple:
-    """(arithmetic ops in ``e`` that count, whether ``e`` computes on data rather than on indices).
+def _count_ops(e: Expr, interned: dict, is_data: dict) -> tuple:
+    """(arithmetic ops in ``e`` that count, a small id of ``e``'s structure).
 
-    ``seen`` maps the subexpressions already counted to their data flag: a
-    repeated subexpression (structurally equal) is counted once.
+    Structurally equal subexpressions get the same id (hash-consing on flat
+    keys, so deep trees cost no deep hashing) and are counted once;
+    ``is_data[id]`` says whether the subexpression computes on tensor data or
+    floats rather than on indices only.
     """
-    if e in seen:
-        return 0, seen[e]
     if isinstance(e, TensorRead):
-        ops, data = 0, True  # its indices are address arithmetic
-    elif isinstance(e, (Const, Var)):
-        ops, data = 0, e.dtype in FLOAT_DTYPES
+        indices = tuple(_count_ops(i, interned, is_data)[1] for i in e.indices)  # their ops are dropped
+        key, data, ops = ("read", id(e.tensor), indices), True, 0
+    elif isinstance(e, Const):
+        key, data, ops = ("const", e.dtype, e.value), e.dtype in FLOAT_DTYPES, 0
+    elif isinstance(e, Var):
+        key, data, ops = ("var", e.name), e.dtype in FLOAT_DTYPES, 0
     elif isinstance(e, Reduce):
         raise EvaluateError("a reduction must be the whole body of a compute")
     else:
-        ops, data = 0, e.dtype in FLOAT_DTYPES
+        ops, data, kids = 0, e.dtype in FLOAT_DTYPES, []
         for c in children(e):
-            n, d = _count_ops(c, seen)
-            ops, data = ops + n, data or d
+            n, uid = _count_ops(c, interned, is_data)
+            ops, data = ops + n, data or is_data[uid]
+            kids.append(uid)
+        key = (type(e).__name__, getattr(e, "op", None) or getattr(e, "to", None), tuple(kids))
         if data and ((isinstance(e, Binary) and e.op in _ARITH_BINOPS)
                      or (isinstance(e, Unary) and e.op in _ARITH_UNOPS)):
             ops += 1
-    seen[e] = data
-    return ops, data
+    if key in interned:
+        return 0, interned[key]  # a repeat: its whole subtree was counted at its first occurrence
+    uid = interned[key] = len(interned)
+    is_data[uid] = data
+    return ops, uid
 
 
 def stage_flops(tensor: Tensor) -> int:
@@ -394,10 +435,10 @@ def stage_flops(tensor: Tensor) -> int:
         return 0
     body = tensor.op.body
     if isinstance(body, Reduce):
-        per_point = _count_ops(body.source, {})[0] + 1  # + the combine (add / max / min) of the reduction
+        per_point = _count_ops(body.source, {}, {})[0] + 1  # + the combine (add / max / min) of the reduction
         domain = math.prod(tensor.shape) * math.prod(ax.extent for ax in body.axes)
     else:
-        per_point = _count_ops(body, {})[0]
+        per_point = _count_ops(body, {}, {})[0]
         domain = math.prod(tensor.shape)
     return per_point * domain
 

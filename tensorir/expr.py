@@ -55,6 +55,12 @@ class UnOp(enum.Enum):
 FLOAT_ONLY_UNOPS = (UnOp.EXP, UnOp.LOG, UnOp.SQRT, UnOp.TANH, UnOp.SIGMOID)
 
 
+# Enum members are singletons: identity hashing is valid and much faster than
+# Enum.__hash__ (IR nodes are hashed constantly by the simplifier and the caches).
+BinOp.__hash__ = object.__hash__
+UnOp.__hash__ = object.__hash__
+
+
 class Expr:
     """Base class of every scalar expression node (operators build new nodes)."""
 
@@ -260,6 +266,9 @@ def binary(op: BinOp, a, b) -> Expr:
         if a.dtype != "bool" or b.dtype != "bool":
             raise ExprError(f"'{op.value}' needs boolean operands (comparisons), got {a.dtype} and {b.dtype}")
         return Binary(op, a, b)
+    if "bool" in (a.dtype, b.dtype) and op not in (BinOp.EQ, BinOp.NE):
+        raise ExprError(f"'{op.value}' on a boolean (a comparison result): use te.if_then_else(cond, 1, 0) "
+                        "to turn a condition into a number")
     a, b = _promote(a, b)
     if op is BinOp.DIV and a.dtype not in FLOAT_DTYPES:
         raise ExprError("'/' on integers is ambiguous: use '//' (floor division) or cast to a float dtype")

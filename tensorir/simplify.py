@@ -188,16 +188,36 @@ class _Simplifier:
             return type(e)(*(idx if f == "indices" else getattr(e, f) for f in e.__dataclass_fields__))
         return e
 
+    def _linear(self, e: Expr) -> Linear:
+        """Linear form of an int expression whose non-linear parts are simplified once."""
+        if isinstance(e, Binary) and e.op in (BinOp.ADD, BinOp.SUB, BinOp.MUL) and e.dtype == "int32":
+            la = self._linear(e.a)
+            lb = self._linear(e.b)
+            if e.op is BinOp.ADD:
+                return la.add(lb)
+            if e.op is BinOp.SUB:
+                return la.add(lb, -1)
+            if not lb.terms:
+                return la.scale(lb.const)
+            if not la.terms:
+                return lb.scale(la.const)
+            return Linear({Binary(BinOp.MUL, la.to_expr(), lb.to_expr()): 1}, 0)
+        if isinstance(e, Const):
+            return Linear({}, int(e.value))
+        e = self.visit(e)
+        return _lin(e) if isinstance(e, Binary) and e.op in (BinOp.ADD, BinOp.SUB, BinOp.MUL) else (
+            Linear({}, int(e.value)) if isinstance(e, Const) else Linear({e: 1}, 0))
+
     def _binary(self, e: Binary) -> Expr:
         op = e.op
+        if op in (BinOp.ADD, BinOp.SUB, BinOp.MUL) and e.dtype == "int32":
+            return self._linear(e).to_expr()
         a, b = self.visit(e.a), self.visit(e.b)
         if isinstance(a, Const) and isinstance(b, Const):
             return _fold_binary(op, a, b)
         if op in (BinOp.AND, BinOp.OR):
             return _logic(op, a, b)
         is_int = a.dtype == "int32"
-        if is_int and op in (BinOp.ADD, BinOp.SUB, BinOp.MUL):
-            return _lin(Binary(op, a, b)).to_expr()
         if is_int and op in (BinOp.FLOORDIV, BinOp.MOD) and isinstance(b, Const) and b.value > 0:
             return self._divmod(op, a, int(b.value))
         if is_int and op in (BinOp.MIN, BinOp.MAX):

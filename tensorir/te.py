@@ -241,7 +241,8 @@ def compute(shape, fcompute, name: str = "compute", dtype: str | None = None) ->
     name = _check_name(name, "compute")
     shape = _check_shape(shape, f"compute {name!r}")
     try:
-        params = [p for p in inspect.signature(fcompute).parameters.values()]
+        params = [p for p in inspect.signature(fcompute).parameters.values()
+                  if p.default is p.empty or p.kind is p.VAR_POSITIONAL]
     except (TypeError, ValueError):
         raise TEError(f"compute {name!r}: fcompute must be a function of the {len(shape)} output indices") from None
     if any(p.kind is p.VAR_POSITIONAL for p in params):

@@ -1,0 +1,380 @@
+"""Search spaces generated for any workload (Ansor / MetaSchedule style, no template).
+
+A space is a program that builds a ``Schedule`` from *decisions*: every tunable
+value is drawn with ``src.choose(name, choices)`` from an ordered list, so the
+same code serves Optuna (an integer index per decision), a fixed decision dict
+(replay, resume) and random search.  Rules, applied to the stage graph:
+
+R1  inline: an elementwise intermediate may be inlined into its consumers.
+R2  attach: an intermediate whose consumers all live in one elementwise output
+    (row reductions of softmax / layer_norm, elementwise producers) may be
+    computed at that output's outermost loop.
+R3  multi-level tiling of each remaining reduction (the "anchor"): spatial
+    axes in four levels, reduce axes in two (SSRSRS).  With an elementwise
+    epilogue (bias + ReLU) or ``cache_write``, the two outer spatial levels
+    belong to the output stage and the anchor is computed per tile, its inner
+    tile a register block: an unrolled, vectorized ``S R S`` nest.  Inputs whose
+    innermost access follows the vector axis may be packed into panels.
+R4  every other root stage: vectorize the last axis, fuse and parallelize the rest.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from tensorir.errors import DecisionError
+from tensorir.te import AxisKind
+
+from .schedule import Schedule
+
+MAX_LANES = 64
+
+
+# ------------------------------------------------------------ decision sources
+
+class DecisionSource:
+    """Where decisions come from; records what was chosen."""
+
+    def __init__(self):
+        self.decisions: dict = {}      # name -> chosen value
+        self.choices: dict = {}        # name -> list of choices offered
+
+    def choose(self, name: str, choices: list):
+        if not choices:
+            raise DecisionError("space", f"decision {name!r} has no choices")
+        value = self._pick(name, list(choices))
+        self.decisions[name] = value
+        self.choices[name] = list(choices)
+        return value
+
+    def _pick(self, name, choices):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class FixedDecisions(DecisionSource):
+    """Replays a decision dict; a missing decision takes ``default`` (or its first choice)."""
+
+    def __init__(self, values: dict, strict: bool = False):
+        super().__init__()
+        self.values = dict(values)
+        self.strict = strict
+
+    def _pick(self, name, choices):
+        if name not in self.values:
+            if self.strict:
+                raise DecisionError("space", f"no value for decision {name!r}")
+            return choices[0]
+        v = self.values[name]
+        if v not in choices:
+            raise DecisionError("space", f"decision {name!r} = {v!r} is not one of its choices {choices}")
+        return v
+
+
+class RandomDecisions(DecisionSource):
+    def __init__(self, seed: int | None = None):
+        super().__init__()
+        self.rng = random.Random(seed)
+
+    def _pick(self, name, choices):
+        return self.rng.choice(choices)
+
+
+class OptunaDecisions(DecisionSource):
+    """Each decision is an integer index ``suggest_int(name, 0, n-1)`` into its ordered choices.
+
+    Integers (not categoricals) keep the choices ordered, so TPE, CMA-ES and GP
+    samplers can all exploit that a tile of 16 is between 8 and 32.
+    """
+
+    def __init__(self, trial):
+        super().__init__()
+        self.trial = trial
+
+    def _pick(self, name, choices):
+        return choices[self.trial.suggest_int(name, 0, len(choices) - 1)]
+
+
+# ----------------------------------------------------------------- the space
+
+@dataclass(frozen=True)
+class SpaceOptions:
+    """Hardware facts the space is shaped by (defaults: read from the host)."""
+    vector_bits: int = 256
+    cores: int = 2
+
+    @classmethod
+    def host(cls) -> "SpaceOptions":
+        from tensorir.runtime import host_target
+        t = host_target()
+        return cls(vector_bits=t["vector_bits"], cores=t["num_cores"])
+
+
+def _divisors(n: int, limit: int) -> list:
+    return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
+
+
+class GeneratedSpace:
+    """The generated space of a workload: ``apply(src) -> Schedule``."""
+
+    def __init__(self, tensors, options: SpaceOptions | None = None):
+        self.tensors = list(tensors)
+        self.options = options or SpaceOptions.host()
+        self.base = Schedule(self.tensors)
+
+    # --------------------------------------------------------------- helpers
+    def lanes(self, dtype: str) -> int:
+        return max(1, self.options.vector_bits // (64 if dtype == "float64" else 32))
+
+    def vector_choices(self, n: int, dtype: str) -> list:
+        v = self.lanes(dtype)
+        opts = {d for d in _divisors(n, MAX_LANES)} | {m * v for m in (1, 2, 3, 4) if m * v <= min(n, MAX_LANES)}
+        if n < v:
+            opts.add(n)
+        return sorted(opts)
+
+    @staticmethod
+    def small_choices(n: int, options=(1, 2, 3, 4, 6, 8)) -> list:
+        return sorted({c for c in options if c <= n} | {1})
+
+    @staticmethod
+    def level_choices(n: int) -> list:
+        return sorted({c for c in (1, 2, 4, 8, 16, 32) if c <= n} | {1})
+
+    # ------------------------------------------------------------------ apply
+    def apply(self, src: DecisionSource) -> Schedule:
+        """Build the schedule for the decisions ``src`` gives (may raise ScheduleError)."""
+        s = self.base
+        g = s.state
+        # R1: inline elementwise intermediates
+        for st in list(g.stages):
+            if not st.is_output and not st.is_reduction:
+                if src.choose(f"{st.name}.inline", [True, False]):
+                    s = s.compute_inline(st.name)
+        # classify what is left
+        g = s.state
+        live = [st for st in g.stages if st.attach.kind != "inline"]
+        epilogue_of = {}   # anchor -> elementwise output that reads it at identical indices
+        hosted = {}        # stage -> elementwise output host (R2)
+        for st in reversed(live):
+            if st.is_output:
+                continue
+            cons = g.consumers(st)
+            if st.is_reduction and len(cons) == 1 and _is_epilogue(st, cons[0]):
+                epilogue_of[st.name] = cons[0].name
+                continue
+            hosts = {hosted.get(c.name, c.name) for c in cons}
+            if len(hosts) == 1:
+                h = g.stage(next(iter(hosts)))
+                if h.is_output and not h.is_reduction and h.name not in epilogue_of.values():
+                    hosted[st.name] = h.name
+        anchors = [st for st in live if st.is_reduction and st.name not in hosted]
+        done = set()
+        # R3: multi-level tiling of anchors
+        for a in anchors:
+            s = self._tile_anchor(s, src, a.name, epilogue_of.get(a.name))
+            done |= {a.name, epilogue_of.get(a.name), f"{a.name}_local"}
+        # R2 hosts, then R4 for every other root stage
+        host_names = sorted(set(hosted.values()), key=lambda n: [x.name for x in s.state.stages].index(n))
+        for h in host_names:
+            s = self._elementwise(s, src, h, keep_outer=True)
+            outer = s.loops(h)[0]
+            inside = {h}
+            for name in reversed([x.name for x in s.state.stages]):
+                if hosted.get(name) != h:
+                    continue
+                # offered only when every consumer already runs inside the host's loop
+                cons = {c.name for c in s.state.consumers(s.state.stage(name))}
+                if cons <= inside and src.choose(f"{name}.compute_at", [True, False]):
+                    s = s.compute_at(name, outer)
+                    inside.add(name)
+            done.add(h)
+        for st in s.state.stages:
+            if st.name in done or st.attach.kind != "root" or st.relations or st.ann:
+                continue  # handled by a rule already (e.g. a pack stage of an anchor)
+            if st.is_reduction:
+                continue  # a hosted reduction left at root: default loops
+            s = self._elementwise(s, src, st.name, keep_outer=False)
+        return s
+
+    # ---------------------------------------------------------------- rules
+    def _elementwise(self, s: Schedule, src, name: str, keep_outer: bool) -> Schedule:
+        st = s.state.stage(name)
+        loops = s.loops(name)
+        last = loops[-1]
+        n = s.extent(last)
+        if len(loops) == 1 and keep_outer:
+            return s.parallel(last) if src.choose(f"{name}.parallel", [True, False]) else s
+        v = src.choose(f"{name}.vector", self.vector_choices(n, st.dtype))
+        if v > 1:
+            s = s.split(last, factor=v)
+            s = s.vectorize(s.loops(name)[-1])
+        outer = s.loops(name)[:-1] if v > 1 else s.loops(name)
+        if not outer:
+            return s
+        if not keep_outer and len(outer) > 1:
+            while len(outer) > 1:
+                s = s.fuse(outer[0], outer[1])
+                outer = s.loops(name)[:len(outer) - 1]
+        if src.choose(f"{name}.parallel", [True, False]):
+            s = s.parallel(outer[0])
+        return s
+
+    def _tile_anchor(self, s: Schedule, src, name: str, epilogue: str | None) -> Schedule:
+        st = s.state.stage(name)
+        spatial = [f"{name}.{n}" for n in st.spatial_root]
+        reduce = [f"{name}.{n}" for n in st.root if st.loops[n].kind is AxisKind.REDUCE]
+        ext = {lp: s.extent(lp) for lp in spatial + reduce}
+        vec_axis = spatial[-1]
+        t3 = {lp: src.choose(f"{lp}.t3", self.vector_choices(ext[lp], st.dtype) if lp == vec_axis
+                             else self.small_choices(ext[lp])) for lp in spatial}
+        t2 = {lp: src.choose(f"{lp}.t2", self.level_choices(max(1, ext[lp] // t3[lp]))) for lp in spatial}
+        t1 = {lp: src.choose(f"{lp}.t1", self.level_choices(max(1, ext[lp] // (t3[lp] * t2[lp]))))
+              for lp in spatial}
+        r1 = {lp: src.choose(f"{lp}.r1", [1, 2, 4, 8, 16] if ext[lp] >= 16 else _divisors(ext[lp], 16))
+              for lp in reduce}
+        # packing inputs whose innermost index follows the vector axis
+        for tensor, dim in _packable(st, vec_axis.split(".", 1)[1]):
+            tname = s.state.name_of(tensor)
+            if t3[vec_axis] > 1 and src.choose(f"{name}.pack_{tname}", [True, False]):
+                order = [f"{dim}.o"] + [str(d) for d in range(tensor.ndim) if d != dim] + [f"{dim}.i"]
+                s = s.pack(tname, {dim: t3[vec_axis]}, order=order, consumers=[name])
+                s = self._elementwise(s, src, s.trace[-1].outputs[0], keep_outer=False)
+        outer = epilogue
+        if outer is None and st.is_output:
+            if src.choose(f"{name}.cache_write", [True, False]):
+                s = s.cache_write(name)
+                outer, name = name, f"{name}_local"
+        unroll_k = src.choose(f"{name}.unroll_k", [True, False])
+        if outer is not None:
+            # the outer stage's axes correspond to the anchor's spatial axes one to one
+            o_axes = s.axes(outer)
+            tiles = [t2[lp] * t3[lp] for lp in spatial]
+            s, l0, l1, l2 = self._three_levels(s, o_axes, tiles, [t1[lp] for lp in spatial])
+            s = s.compute_at(name, l1[-1])
+            s = _fuse_parallel(s, l0, src, outer)
+            if s.extent(l2[-1]) <= MAX_LANES and s.extent(l2[-1]) > 1:
+                s = s.vectorize(l2[-1])
+            a_sp = [f"{name}.{lp.split('.', 1)[1]}" for lp in spatial]
+            a_rd = [f"{name}.{lp.split('.', 1)[1]}" for lp in reduce]
+            s, sp0, sp1 = _split_all(s, a_sp, [t3[lp] for lp in spatial])
+            s, rd0, rd1 = _split_all(s, a_rd, [r1[lp] for lp in reduce])
+            s = s.reorder(*rd0, *sp0, *rd1, *sp1)
+        else:
+            s, sp0, sp1 = _split_all(s, spatial, [t1[lp] * t2[lp] * t3[lp] for lp in spatial])
+            s, sp1, sp2 = _split_all(s, sp1, [t2[lp] * t3[lp] for lp in spatial])
+            s, sp2, sp3 = _split_all(s, sp2, [t3[lp] for lp in spatial])
+            s, rd0, rd1 = _split_all(s, reduce, [r1[lp] for lp in reduce])
+            s = s.reorder(*sp0, *sp1, *rd0, *sp2, *rd1, *sp3)
+            s = _fuse_parallel(s, sp0, src, name)
+        s = _register_tile(s, name, unroll_k)
+        return s
+
+    @staticmethod
+    def _three_levels(s: Schedule, axes: list, tiles: list, t1: list):
+        s, l0, l2 = _split_all(s, axes, tiles)
+        s, l0, l1 = _split_all(s, l0, t1)
+        s = s.reorder(*l0, *l1, *l2)
+        return s, l0, l1, l2
+
+    # ------------------------------------------------------------ defaults
+    def default_decisions(self) -> dict:
+        """A heuristic starting point (enqueued before the search explores)."""
+        src = _Heuristic(self)
+        self.apply(src)
+        return dict(src.decisions)
+
+
+class _Heuristic(DecisionSource):
+    """Good-on-average choices: register tile ~ 6 x 2 vectors, pack, cache_write, parallel."""
+
+    def __init__(self, space: GeneratedSpace):
+        super().__init__()
+        self.space = space
+
+    def _pick(self, name, choices):
+        key = name.rsplit(".", 1)[-1]
+        if choices == [True, False]:
+            return True  # inline, pack, cache_write, parallel, unroll, compute_at: on
+        lanes = self.space.lanes("float32")
+        want = {"t3": 2 * lanes, "t2": 1, "t1": 8, "r1": 4, "vector": lanes}.get(key.split("_")[0], choices[0])
+        if key == "t3" and max(choices) < want:
+            want = 6 if 6 in choices else choices[-1]
+        return min(choices, key=lambda c: (abs(c - want), c)) if isinstance(choices[0], int) else choices[0]
+
+
+# -------------------------------------------------------------------- helpers
+
+def _split_all(s: Schedule, loops: list, factors: list):
+    outer, inner = [], []
+    for lp, f in zip(loops, factors):
+        s = s.split(lp, factor=max(1, f))
+        o, i = s.trace[-1].outputs
+        outer.append(o)
+        inner.append(i)
+    return s, outer, inner
+
+
+def _fuse_parallel(s: Schedule, loops: list, src, name: str) -> Schedule:
+    fused = loops[0]
+    for lp in loops[1:]:
+        s = s.fuse(fused, lp)
+        fused = s.trace[-1].outputs[0]
+    if src.choose(f"{name}.parallel", [True, False]):
+        s = s.parallel(fused)
+    return s
+
+
+def _register_tile(s: Schedule, name: str, unroll_k: bool) -> Schedule:
+    """Vectorize the innermost loop, unroll the other register-tile loops (and the inner k)."""
+    st = s.state.stage(name)
+    loops = s.loops(name)
+    inner_sp = []
+    for lp in reversed(loops):
+        if st.loops[lp.split(".", 1)[1]].kind is AxisKind.REDUCE:
+            break
+        inner_sp.append(lp)
+    inner_sp.reverse()
+    if inner_sp:
+        s = s.vectorize(inner_sp[-1])
+        for lp in inner_sp[:-1]:
+            s = s.unroll(lp)
+    if unroll_k:
+        k_inner = [lp for lp in loops[:len(loops) - len(inner_sp)]
+                   if st.loops[lp.split(".", 1)[1]].kind is AxisKind.REDUCE]
+        n_red = sum(1 for r in st.root if st.loops[r].kind is AxisKind.REDUCE)
+        for lp in k_inner[-n_red:]:
+            s = s.unroll(lp)
+    return s
+
+
+def _is_epilogue(anchor, consumer) -> bool:
+    """``consumer`` is elementwise, has the anchor's shape and reads it at its own indices."""
+    if consumer.is_reduction or consumer.shape != anchor.shape:
+        return False
+    own = tuple(consumer.root_vars[r] for r in consumer.spatial_root)
+    reads = [r for r in consumer.reads() if r.tensor is anchor.tensor]
+    return bool(reads) and all(tuple(r.indices) == own for r in reads)
+
+
+def _packable(stage, vec_loop: str) -> list:
+    """(placeholder tensor, dim) of reads indexed by the bare vector variable in exactly one dim."""
+    v = stage.root_vars[vec_loop]
+    out = {}
+    for r in stage.reads():
+        t: object = r.tensor
+        if not getattr(t, "is_placeholder", False):
+            continue
+        dims = [d for d, i in enumerate(r.indices) if i == v]
+        others = [i for d, i in enumerate(r.indices) if d not in dims]
+        if len(dims) == 1 and not any(_mentions(i, v) for i in others):
+            out.setdefault(id(t), (t, dims[0]))
+    return list(out.values())
+
+
+def _mentions(e, v) -> bool:
+    from tensorir.te import walk
+    return any(n == v for n in walk(e))
+
+
+__all__ = ["GeneratedSpace", "SpaceOptions", "DecisionSource", "FixedDecisions", "RandomDecisions",
+           "OptunaDecisions"]

@@ -1,0 +1,303 @@
+"""The tuning loop: Optuna proposes, the cost model ranks, the best are measured.
+
+Each round:
+
+1. ask ``batch_size * asks_per_measure`` trials from the Optuna study; each
+   trial's decisions build a schedule through the search space and are lowered
+   (an illegal combination is recorded as an invalid candidate);
+2. the XGBoost cost model ranks the lowered candidates by predicted speed
+   (before it has data, the sampler's order is kept);
+3. the top ``batch_size`` minus an epsilon share are measured, plus the epsilon
+   share drawn at random from the rest (exploration the model cannot veto);
+4. measured trials are told their GFLOP/s (0 for a failed candidate, so the
+   sampler learns to avoid it); **unmeasured asks are told FAIL**: Optuna's
+   samplers build their models from COMPLETE trials only, so a withdrawn ask
+   never enters the sampler's density estimates with a made-up value, and
+   (with TPE's constant liar) it still diversified the asks of its round;
+5. every candidate is appended to the tuning log, and the cost model is updated.
+"""
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from logs import TuningLog, TuningRecord
+from schedules.space import FixedDecisions, GeneratedSpace, OptunaDecisions
+from tensorir.errors import ScheduleError
+
+from .measure import MeasureConfig, MeasureResult, Measurer
+from .spec import WorkloadSpec
+
+SAMPLERS = ("tpe", "random", "cmaes", "gp")
+
+
+@dataclass
+class TuneConfig:
+    """How a tuning run searches.  Defaults suit a 64-trial run on a few cores."""
+    trials: int = 64                 # measured candidates (invalid ones are not counted)
+    batch_size: int = 8              # candidates measured per round
+    asks_per_measure: int = 4        # asks ranked by the cost model per measured candidate
+    epsilon: float = 0.125           # share of each batch picked at random (exploration)
+    sampler: str = "tpe"
+    seed: int = 0
+    cost_model: bool = True
+    timeout_s: float | None = None   # stop starting new rounds after this many seconds
+    threads: int | None = None       # kernel threads (None: all cores)
+    measure: MeasureConfig = field(default_factory=MeasureConfig)
+
+
+@dataclass
+class Candidate:
+    trial: object
+    decisions: dict
+    schedule: object = None
+    func: object = None
+    features: object = None
+    error: MeasureResult | None = None
+
+
+@dataclass
+class TuneResult:
+    spec: WorkloadSpec
+    best: TuningRecord | None
+    trials: int                      # measured in this run
+    resumed: int                     # records already in the log for this workload/target
+    errors: Counter
+    invalid: int                     # candidates whose decisions gave no legal schedule
+    asked: int
+    history: list                    # (measured index, seconds since start, gflops, best so far)
+    tune_seconds: float
+    log: str | None
+
+    @property
+    def best_gflops(self) -> float:
+        return self.best.gflops if self.best is not None and self.best.gflops else 0.0
+
+    @property
+    def best_latency_s(self) -> float | None:
+        return self.best.median_cost if self.best is not None else None
+
+    def time_to_fraction(self, fraction: float = 0.9):
+        """(trials, seconds) at which the run first reached ``fraction`` of its final best."""
+        if not self.history:
+            return None
+        goal = fraction * self.history[-1][3]
+        for n, secs, _, best in self.history:
+            if best >= goal and goal > 0:
+                return n, secs
+        return None
+
+
+def make_sampler(name: str, seed: int):
+    import optuna
+    if name == "tpe":
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True, n_startup_trials=8)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "cmaes":
+        return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
+    if name == "gp":
+        return optuna.samplers.GPSampler(seed=seed)
+    raise ValueError(f"unknown sampler {name!r}; choose one of {', '.join(SAMPLERS)}")
+
+
+def host_target(threads: int | None) -> dict:
+    from tensorir.runtime import host_target as ht
+    t = ht()
+    return {"kind": "llvm", "cpu": t["cpu"], "features": t.get("features", ""),
+            "threads": threads or t["num_cores"]}
+
+
+def decision_key(decisions: dict) -> str:
+    return json.dumps(decisions, sort_keys=True, default=str)
+
+
+class Tuner:
+    """Tune one workload.  ``progress(event: dict)`` is called after every round."""
+
+    def __init__(self, spec: WorkloadSpec, config: TuneConfig | None = None, log: TuningLog | None = None,
+                 storage: str | None = None, model_path=None, progress=None):
+        self.spec = spec
+        self.config = config or TuneConfig()
+        self.log = log
+        self.storage = storage
+        self.model_path = model_path
+        self.progress = progress or (lambda event: None)
+        if self.config.sampler not in SAMPLERS:
+            raise ValueError(f"unknown sampler {self.config.sampler!r}; choose one of {', '.join(SAMPLERS)}")
+        self.target = host_target(self.config.threads)
+        self.space = GeneratedSpace(spec.tensors())
+        self.rng = random.Random(self.config.seed)
+
+    # --------------------------------------------------------------- setup
+    def _study(self, previous: list):
+        import optuna
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        name = f"{self.spec.key}-{self.target['cpu']}-t{self.target['threads']}-{self.config.sampler}"
+        study = optuna.create_study(storage=self.storage, sampler=make_sampler(self.config.sampler,
+                                    self.config.seed), study_name=name, direction="maximize",
+                                    load_if_exists=True)
+        if not study.trials:
+            self._warm_start_study(study, previous)
+            study.enqueue_trial(self._as_params(self.space.default_decisions()), skip_if_exists=True)
+        return study
+
+    def _as_params(self, decisions: dict) -> dict:
+        """Decision values -> the integer indices Optuna samples."""
+        src = FixedDecisions(decisions)
+        self.space.apply(src)
+        return {k: src.choices[k].index(v) for k, v in src.decisions.items()}
+
+    def _warm_start_study(self, study, previous: list) -> None:
+        import optuna
+        from optuna.distributions import IntDistribution
+        for rec in previous:
+            try:
+                src = FixedDecisions(rec.decisions, strict=True)
+                self.space.apply(src)
+            except (ScheduleError, ValueError):
+                continue  # recorded by an older space: the log still serves lookups
+            params = {k: src.choices[k].index(v) for k, v in src.decisions.items()}
+            dists = {k: IntDistribution(0, len(src.choices[k]) - 1) for k in params}
+            study.add_trial(optuna.trial.create_trial(params=params, distributions=dists,
+                                                      value=rec.gflops if rec.ok and rec.gflops else 0.0))
+
+    def _cost_model(self, previous: list):
+        if not self.config.cost_model:
+            return None
+        from cost_model import CostModel
+        model = None
+        if self.model_path is not None:
+            try:
+                model = CostModel.load(self.model_path)   # trained on earlier workloads: transfer
+            except (OSError, ValueError, KeyError):
+                model = None
+        model = model or CostModel()
+        feats, thr = [], []
+        for rec in previous[-512:]:
+            c = self._prepare(None, rec.decisions)
+            if c.func is not None:
+                feats.append(c.features)
+                thr.append(rec.gflops if rec.ok and rec.gflops else 0.0)
+        if feats:
+            model.update(np.stack(feats), np.array(thr), [self.spec.key] * len(feats))
+        return model
+
+    # ------------------------------------------------------------ candidates
+    def _prepare(self, trial, decisions: dict | None = None) -> Candidate:
+        from cost_model import extract_features
+        src = OptunaDecisions(trial) if trial is not None else FixedDecisions(decisions or {})
+        cand = Candidate(trial, {})
+        try:
+            cand.schedule = self.space.apply(src)
+            cand.func = cand.schedule.lower()
+        except ScheduleError as err:
+            kind = "lower" if cand.schedule is not None else "schedule"
+            cand.error = MeasureResult(error_kind=kind, error_msg=str(err))
+        except Exception as err:  # noqa: BLE001 - a bug sinks one candidate, never the run
+            cand.error = MeasureResult(error_kind="schedule", error_msg=f"{type(err).__name__}: {err}")
+        cand.decisions = dict(src.decisions)
+        if cand.func is not None:
+            cand.features = extract_features(cand.func)
+        return cand
+
+    def _record(self, cand: Candidate, res: MeasureResult) -> TuningRecord:
+        trace = cand.schedule.to_json() if cand.schedule is not None else {"instructions": [], "decisions": {}}
+        trace["decisions"] = dict(cand.decisions)
+        return TuningRecord(workload_key=self.spec.key, workload_name=self.spec.name,
+                            workload_params=dict(self.spec.params), target=self.target, trace=trace,
+                            decisions=dict(cand.decisions), costs=tuple(res.costs), error_kind=res.error_kind,
+                            error_msg=res.error_msg, compile_seconds=res.compile_seconds,
+                            run_seconds=res.run_seconds, flops=self.spec.flops)
+
+    # ------------------------------------------------------------------ run
+    def run(self) -> TuneResult:
+        import optuna
+        cfg = self.config
+        start = time.perf_counter()
+        previous = self.log.for_workload(self.spec.key, self.target) if self.log is not None else []
+        seen = {decision_key(r.decisions) for r in previous}
+        study = self._study(previous)
+        model = self._cost_model(previous)
+        best = max((r for r in previous if r.ok), key=lambda r: r.gflops or 0.0, default=None)
+        errors, history = Counter(), []
+        measured = invalid = asked = 0
+        mcfg = cfg.measure
+        if cfg.threads is not None and mcfg.threads is None:
+            mcfg.threads = cfg.threads
+        with Measurer(self.spec, mcfg) as measurer:
+            while measured < cfg.trials:
+                if cfg.timeout_s is not None and time.perf_counter() - start > cfg.timeout_s:
+                    break
+                want = min(cfg.batch_size, cfg.trials - measured)
+                use_model = model is not None and model.is_trained
+                n_ask = want * (cfg.asks_per_measure if use_model else 1)
+                pool, fresh = [], set()
+                for _ in range(max(n_ask, want)):
+                    cand = self._prepare(study.ask())
+                    asked += 1
+                    key = decision_key(cand.decisions)
+                    if cand.error is not None:
+                        invalid += 1
+                        errors[cand.error.error_kind] += 1
+                        study.tell(cand.trial, 0.0)
+                        if self.log is not None:
+                            self.log.append(self._record(cand, cand.error))
+                    elif key in seen or key in fresh:
+                        study.tell(cand.trial, state=optuna.trial.TrialState.FAIL)  # duplicate: withdrawn
+                    else:
+                        fresh.add(key)
+                        pool.append(cand)
+                if asked > 50 * cfg.trials and not pool:
+                    break  # the space yields nothing new: stop rather than spin
+                picked, rest = self._pick(pool, want, model if use_model else None)
+                for cand in rest:
+                    study.tell(cand.trial, state=optuna.trial.TrialState.FAIL)  # unmeasured: withdrawn
+                results = measurer.measure([c.func for c in picked])
+                feats, thr = [], []
+                for cand, res in zip(picked, results):
+                    rec = self._record(cand, res)
+                    if self.log is not None:
+                        self.log.append(rec)
+                    seen.add(decision_key(cand.decisions))
+                    gf = rec.gflops if rec.ok and rec.gflops else 0.0
+                    study.tell(cand.trial, gf)
+                    if not rec.ok:
+                        errors[rec.error_kind] += 1
+                    elif best is None or gf > (best.gflops or 0.0):
+                        best = rec
+                    measured += 1
+                    history.append((measured, time.perf_counter() - start, gf, best.gflops if best else 0.0))
+                    feats.append(cand.features)
+                    thr.append(gf)
+                if model is not None and feats:
+                    model.update(np.stack(feats), np.array(thr), [self.spec.key] * len(feats))
+                self.progress({"measured": measured, "trials": cfg.trials, "best_gflops": best.gflops if best
+                               else 0.0, "errors": sum(errors.values()), "elapsed": time.perf_counter() - start})
+        if model is not None and self.model_path is not None and model.n_samples:
+            try:
+                model.save(self.model_path)
+            except OSError:
+                pass  # the model is a cache; the log holds the data
+        return TuneResult(self.spec, best, measured, len(previous), errors, invalid, asked, history,
+                          time.perf_counter() - start, str(self.log.path) if self.log is not None else None)
+
+    def _pick(self, pool: list, want: int, model):
+        """Top of the model's ranking plus an epsilon share at random; sampler order without a model."""
+        if model is None or len(pool) <= want:
+            return pool[:want], pool[want:]
+        scores = model.predict(np.stack([c.features for c in pool]))
+        order = sorted(range(len(pool)), key=lambda i: -scores[i])
+        n_random = min(want - 1, max(1, math.floor(want * self.config.epsilon))) if want > 1 else 0
+        top = order[:want - n_random]
+        others = order[want - n_random:]
+        chosen = top + self.rng.sample(others, n_random)
+        picked = [pool[i] for i in chosen]
+        rest = [pool[i] for i in range(len(pool)) if i not in set(chosen)]
+        return picked, rest

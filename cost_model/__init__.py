@@ -4,12 +4,13 @@
 >>> model = CostModel()
 >>> scores = model.predict([extract_features(f) for f in candidates])   # doctest: +SKIP
 """
-from .features import (FEATURE_NAMES, FEATURE_VERSION, N_FEATURES, extract_features,
-                       extract_features_batch)
+from .features import (FEATURE_NAMES, FEATURE_VERSION, N_FEATURES, PER_STORE_NAMES, extract_features,
+                       extract_features_batch, store_features)
 from .metrics import pairwise_accuracy, topk_recall
 from .model import CostModel, CostModelConfig, normalize_per_group
 
 __all__ = [
-    "FEATURE_NAMES", "FEATURE_VERSION", "N_FEATURES", "extract_features", "extract_features_batch",
+    "FEATURE_NAMES", "FEATURE_VERSION", "N_FEATURES", "PER_STORE_NAMES", "extract_features",
+    "extract_features_batch", "store_features",
     "pairwise_accuracy", "topk_recall", "CostModel", "CostModelConfig", "normalize_per_group",
 ]

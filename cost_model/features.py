@@ -7,7 +7,10 @@ For every :class:`~tensorir.ir.Store` we build a vector from its enclosing loops
   of float add/sub, mul, div, special functions (exp, log, ...), compares,
   integer add/sub, mul, div/mod, compares, boolean ops, selects, casts, loads;
 * **loop structure**: loop count, innermost extent, vector lanes, unrolling,
-  parallel extent and its share of the loops around it, guards;
+  parallel extent and its share of the loops around it, guards and the
+  fraction of loop iterations that pass them (evaluated on the grid of the
+  guarded loops, so a tail branch of a non-dividing split counts as rarely
+  as it runs; executions and bytes are scaled by it);
 * **buffer accesses**: one slot for the stored buffer and one per read buffer
   (the heaviest ``N_READ_SLOTS`` by cache lines, then bytes): bytes touched,
   unique bytes, cache lines, unique lines, reuse ratio, innermost stride
@@ -18,14 +21,8 @@ For every :class:`~tensorir.ir.Store` we build a vector from its enclosing loops
   intensities;
 * **allocation**: size of the stored buffer's allocation and how often it runs.
 
-Index analysis flattens nothing symbolic: each index dimension is linearised
-into integer coefficients of the loop variables when possible; otherwise
-(``//``, ``%``, ``select``, ``min``/``max``, indirect loads) interval arithmetic
-bounds it conservatively.  The region an access touches inside loop level ``i``
-is the per-dimension bounding box with loops ``i..n-1`` free and outer loops
-fixed, capped by the buffer shape.  The stride of a loop is the coefficient of
-its variable in the row-major flattened offset (a finite difference when the
-index is nonlinear in it).
+Index analysis (affine coefficients, interval bounds, strides, reuse) lives
+in :mod:`cost_model.access`.
 
 Per-store vectors are log-transformed where count-like (``log2(1 + x)``) and
 pooled by an execution-weighted mean plus an element-wise max; a few
@@ -41,8 +38,9 @@ import numpy as np
 from tensorir.expr import FLOAT_DTYPES, Binary, BinOp, Cast, Const, Select, Unary, UnOp, Var, children
 from tensorir.ir import Allocate, For, ForKind, IfThenElse, Load, PrimFunc, Scope, Seq, Store, stmt_children
 
+from .access import ACCESS_FIELDS, BufferAccess, access_features, guard_reach
+
 FEATURE_VERSION = 1
-CACHE_LINE_BYTES = 64
 L1_BYTES = 32 * 1024
 L2_BYTES = 1024 * 1024
 N_READ_SLOTS = 3
@@ -59,14 +57,10 @@ _LOOPS = [
     ("vec_num", False), ("vec_prod", True), ("unroll_num", False), ("unroll_prod", True),
     ("innermost_unrolled", False), ("unroll_len", True), ("parallel_num", False), ("parallel_prod", True),
     ("parallel_share", False), ("parallel_forks", True), ("work_per_parallel_iter", True),
-    ("num_guards", False), ("guard_checks", True), ("guard_in_innermost", False),
+    ("num_guards", False), ("guard_checks", True), ("guard_in_innermost", False), ("guard_reach", False),
 ]
-_ACCESS = [
-    ("present", False), ("scope_local", False), ("scope_global", False), ("bytes", True),
-    ("unique_bytes", True), ("lines", True), ("unique_lines", True), ("reuse_ratio", True),
-    ("stride", True), ("stride_is_0", False), ("stride_is_1", False), ("stride_other", False),
-    ("has_loop_reuse", False), ("reuse_dis_iter", True), ("reuse_dis_bytes", True), ("reuse_ct", True),
-]
+_ACCESS = ACCESS_FIELDS
+_ACC_IDX = {n: i for i, (n, _) in enumerate(ACCESS_FIELDS)}
 _FOOTPRINT = [
     ("footprint_inner", True), ("traffic_l1", True), ("traffic_l2", True),
     ("ai_inner", True), ("ai_l1", True), ("ai_l2", True), ("alloc_bytes", True), ("alloc_execs", True),
@@ -84,7 +78,8 @@ GLOBAL_NAMES = [
     "total_traffic_l2", "param_bytes", "local_alloc_bytes", "global_alloc_bytes",
     "max_local_alloc_bytes", "n_local_allocs", "n_global_allocs",
 ]
-_GLOBAL_LOG = np.array([n not in ("max_depth",) for n in GLOBAL_NAMES], dtype=bool)
+_GLOBAL_LOG = np.array([n not in ("n_stores", "max_depth", "n_local_allocs", "n_global_allocs")
+                        for n in GLOBAL_NAMES], dtype=bool)
 
 FEATURE_NAMES = ([f"mean.{n}" for n in PER_STORE_NAMES] + [f"max.{n}" for n in PER_STORE_NAMES]
                  + [f"func.{n}" for n in GLOBAL_NAMES])
@@ -95,10 +90,6 @@ _FADD, _FMUL, _FDIV, _FSPECIAL, _FCMP, _IADD, _IMUL, _IDIV, _ICMP, _BOOL, _SEL, 
 _CMP_OPS = {BinOp.LT, BinOp.LE, BinOp.GT, BinOp.GE, BinOp.EQ, BinOp.NE, BinOp.MIN, BinOp.MAX}
 _FLOAT_SLOT = {BinOp.ADD: _FADD, BinOp.SUB: _FADD, BinOp.MUL: _FMUL, BinOp.DIV: _FDIV}
 _INT_SLOT = {BinOp.ADD: _IADD, BinOp.SUB: _IADD, BinOp.MUL: _IMUL, BinOp.FLOORDIV: _IDIV, BinOp.MOD: _IDIV}
-
-
-def _dtype_bytes(dtype: str) -> int:
-    return 8 if dtype == "float64" else 1 if dtype == "bool" else 4
 
 
 def _log2p(x: np.ndarray) -> np.ndarray:
@@ -146,220 +137,24 @@ def _count_ops(roots, counts: list, loads: list) -> None:
             stack.extend(children(e))
 
 
-def _linearize(e, loop_pos: dict):
-    """``({loop position: coefficient}, constant)`` if ``e`` is affine in loop vars, else None."""
-    t = type(e)
-    if t is Var:
-        j = loop_pos.get(e.name)
-        return ({j: 1}, 0) if j is not None else ({}, 0)
-    if t is Const:
-        return ({}, int(e.value)) if e.dtype in ("int32", "bool") else None
-    if t is Binary:
-        op = e.op
-        if op is BinOp.ADD or op is BinOp.SUB:
-            a, b = _linearize(e.a, loop_pos), _linearize(e.b, loop_pos)
-            if a is None or b is None:
-                return None
-            sign = 1 if op is BinOp.ADD else -1
-            coef = dict(a[0])
-            for j, c in b[0].items():
-                coef[j] = coef.get(j, 0) + sign * c
-            return coef, a[1] + sign * b[1]
-        if op is BinOp.MUL:
-            a, b = _linearize(e.a, loop_pos), _linearize(e.b, loop_pos)
-            if a is None or b is None:
-                return None
-            if a[0] and b[0]:
-                return None
-            if b[0]:
-                a, b = b, a
-            k = b[1]
-            return {j: c * k for j, c in a[0].items()}, a[1] * k
-        return None
-    if t is Cast and e.to == "int32" and e.a.dtype in ("int32", "bool"):
-        return _linearize(e.a, loop_pos)
-    return None
-
-
-def _interval(e, rng: dict):
-    """Bounds ``(lo, hi)`` of integer ``e`` with loop vars in ``rng`` (others fixed at 0); None if unknown."""
-    t = type(e)
-    if t is Var:
-        return rng.get(e.name, (0, 0))
-    if t is Const:
-        return (int(e.value), int(e.value)) if e.dtype in ("int32", "bool") else None
-    if t is Cast:
-        return _interval(e.a, rng) if e.a.dtype in ("int32", "bool") else None
-    if t is Select:
-        a, b = _interval(e.t, rng), _interval(e.f, rng)
-        return None if a is None or b is None else (min(a[0], b[0]), max(a[1], b[1]))
-    if t is not Binary:
-        return None
-    op = e.op
-    if op in (BinOp.LT, BinOp.LE, BinOp.GT, BinOp.GE, BinOp.EQ, BinOp.NE, BinOp.AND, BinOp.OR):
-        return (0, 1)
-    a, b = _interval(e.a, rng), _interval(e.b, rng)
-    if a is None or b is None:
-        return None
-    if op is BinOp.ADD:
-        return a[0] + b[0], a[1] + b[1]
-    if op is BinOp.SUB:
-        return a[0] - b[1], a[1] - b[0]
-    if op is BinOp.MUL:
-        p = (a[0] * b[0], a[0] * b[1], a[1] * b[0], a[1] * b[1])
-        return min(p), max(p)
-    if op is BinOp.MIN:
-        return min(a[0], b[0]), min(a[1], b[1])
-    if op is BinOp.MAX:
-        return max(a[0], b[0]), max(a[1], b[1])
-    if b[0] != b[1] or b[0] <= 0:
-        return None
-    c = b[0]
-    if op is BinOp.FLOORDIV:
-        return a[0] // c, a[1] // c
-    if op is BinOp.MOD:
-        if a[1] - a[0] + 1 >= c or a[0] // c != a[1] // c:
-            return 0, c - 1
-        return a[0] % c, a[1] % c
-    return None
-
-
-def _evaluate(e, env: dict) -> int:
-    """Integer value of ``e`` with loop vars from ``env`` (others 0); 0 when undefined."""
-    iv = _interval(e, {k: (v, v) for k, v in env.items()})
-    return 0 if iv is None else iv[0]
-
-
-def _loop_vars_in(e, loop_pos: dict) -> set:
-    out, stack = set(), [e]
-    while stack:
-        n = stack.pop()
-        if type(n) is Var:
-            j = loop_pos.get(n.name)
-            if j is not None:
-                out.add(j)
-        else:
-            stack.extend(children(n))
-    return out
-
-
-# ------------------------------------------------------------------ buffer accesses
-
-class _BufferAccess:
-    """All accesses of one buffer by one store, analysed against its loop nest."""
-
-    def __init__(self, buffer, index_lists, n_writes, names, ext, loop_pos):
-        self.buffer = buffer
-        self.n_access = len(index_lists)
-        self.n_writes = n_writes
-        self.elem_bytes = _dtype_bytes(buffer.dtype)
-        n, shape = len(ext), np.array(buffer.shape, dtype=np.int64).reshape(-1)
-        n_dim, n_acc = len(shape), len(index_lists)
-        coef = np.zeros((n_acc, n_dim, n), dtype=np.int64)
-        const = np.zeros((n_acc, n_dim), dtype=np.int64)
-        nonlinear = []
-        for a, indices in enumerate(index_lists):
-            for d, idx in enumerate(indices[:n_dim]):
-                lin = _linearize(idx, loop_pos)
-                if lin is None:
-                    nonlinear.append((a, d, idx, _loop_vars_in(idx, loop_pos)))
-                    continue
-                for j, c in lin[0].items():
-                    coef[a, d, j] = c
-                const[a, d] = lin[1]
-        # per-level bounds: level i frees loops i..n-1 (level n: a single iteration)
-        span = coef * (ext - 1)
-        zero = np.zeros((n_acc, n_dim, 1), dtype=np.int64)
-        lo_suf = np.concatenate([np.cumsum(np.minimum(span, 0)[..., ::-1], axis=-1)[..., ::-1], zero], axis=-1)
-        hi_suf = np.concatenate([np.cumsum(np.maximum(span, 0)[..., ::-1], axis=-1)[..., ::-1], zero], axis=-1)
-        lo = const[..., None] + lo_suf
-        hi = const[..., None] + hi_suf
-        depends = coef != 0                                    # (acc, dim, loop)
-        for a, d, idx, deps in nonlinear:
-            for i in range(n + 1):
-                iv = _interval(idx, {names[j]: (0, int(ext[j]) - 1) for j in range(i, n)})
-                lo[a, d, i], hi[a, d, i] = (0, shape[d] - 1) if iv is None else iv
-            depends[a, d, list(deps)] = True
-        if n_dim:
-            extent = np.clip(hi.max(axis=0) - lo.min(axis=0) + 1, 1, shape[:, None])
-            self.region = extent[:, 0]                         # whole-nest box per dim
-            self.elements = np.prod(extent.astype(np.float64), axis=0)  # (n+1,)
-        else:
-            self.region = np.ones(0, dtype=np.int64)
-            self.elements = np.ones(n + 1)
-        self.elements = np.minimum(self.elements, float(max(1, buffer.size)))
-        # strides of each loop in the row-major flattened offset
-        row = np.ones(n_dim, dtype=np.int64)
-        for d in range(n_dim - 2, -1, -1):
-            row[d] = row[d + 1] * shape[d + 1]
-        stride = np.abs(np.einsum("adj,d->aj", coef, row)) if n_dim else np.zeros((n_acc, n), np.int64)
-        for a, d, _idx, deps in nonlinear:
-            for j in deps:
-                off0 = off1 = 0
-                for dd, idx in enumerate(index_lists[a][:n_dim]):
-                    off0 += _evaluate(idx, {}) * row[dd]
-                    off1 += _evaluate(idx, {names[j]: 1}) * row[dd]
-                stride[a, j] = abs(off1 - off0)
-        dep_loop = depends.any(axis=1)                         # (acc, loop)
-        self.depends = dep_loop.any(axis=0)                     # (loop,)
-        big = np.iinfo(np.int64).max
-        self.stride = np.where(dep_loop, stride, big).min(axis=0) if n_acc else np.zeros(n, np.int64)
-        self.stride = np.where(self.stride == big, 0, self.stride)
-
-
-def _access_features(acc: _BufferAccess, ext, outer_prod, footprint) -> list:
-    """The ``_ACCESS`` fields of one buffer slot."""
-    n, eb = len(ext), acc.elem_bytes
-    bytes_ = outer_prod * eb * acc.n_access
-    unique = float(acc.elements[0]) * eb
-    # cache lines: skip inner loops the access ignores, then count line changes
-    reduce_ratio, lines = 1.0, 1.0
-    for j in range(n - 1, -1, -1):
-        s = acc.stride[j]
-        if s == 0:
-            reduce_ratio *= ext[j]
-            continue
-        lines = outer_prod / reduce_ratio * min(1.0, s * eb / CACHE_LINE_BYTES)
-        break
-    lines = max(lines, 1.0) * acc.n_access
-    contiguous = eb
-    for d in range(len(acc.region) - 1, -1, -1):
-        contiguous *= int(acc.region[d])
-        if acc.region[d] < acc.buffer.shape[d]:
-            break
-    unique_lines = max(1.0, unique / min(contiguous, CACHE_LINE_BYTES))
-    inner_stride = int(acc.stride[-1]) if n else 0
-    # reuse carried by the innermost loop the access does not depend on
-    reuse = [0.0, 0.0, 0.0, 0.0]
-    dis_iter = 1.0
-    for j in range(n - 1, -1, -1):
-        if not acc.depends[j]:
-            reuse = [1.0, dis_iter, footprint[j + 1], float(ext[j])]
-            break
-        dis_iter *= ext[j]
-    scope = acc.buffer.scope
-    return [1.0, float(scope is Scope.LOCAL), float(scope is Scope.GLOBAL), bytes_, unique, lines,
-            unique_lines, bytes_ / max(unique, 1.0), float(inner_stride), float(inner_stride == 0),
-            float(inner_stride == 1), float(inner_stride > 1)] + reuse
-
-
 # ------------------------------------------------------------------ per store
 
 def _store_features(store: Store, loops: list, guards: list, allocs: dict):
-    """Per-store raw features plus (executions, float ops, L2 traffic, bytes) totals."""
+    """Raw features of one store, its (executions, float ops, L2 traffic, bytes) and slot buffers."""
     names = [v for v, _, _ in loops]
     ext = np.array([e for _, e, _ in loops], dtype=np.int64)
     kinds = [k for _, _, k in loops]
     n = len(loops)
     loop_pos = {v: j for j, v in enumerate(names)}
     outer = np.concatenate([[1.0], np.cumprod(ext.astype(np.float64))])   # outer[j] = prod ext[:j]
-    outer_prod = float(outer[-1])
+    reach = guards[-1][1] if guards else 1.0       # fraction of the iterations that pass every guard
+    outer_prod = float(outer[-1]) * reach            # executions
     f = np.zeros(len(PER_STORE_NAMES))
 
     counts, loads = [0] * 12, []
     _count_ops((store.value,) + tuple(store.indices), counts, loads)
     flops = counts[_FADD] + counts[_FMUL] + counts[_FDIV] + counts[_FSPECIAL] + counts[_FCMP]
-    f[:16] = [outer_prod] + counts + [len(loads), flops * outer_prod,
+    f[:len(_COMPUTE)] = [outer_prod] + counts + [len(loads), flops * outer_prod,
                                       float(any(ld.buffer == store.buffer and ld.indices == store.indices
                                                 for ld in loads))]
 
@@ -375,21 +170,24 @@ def _store_features(store: Store, loops: list, guards: list, allocs: dict):
         float(n > 0 and kinds[-1] is ForKind.UNROLLED), ext[unr[-1]] if unr else 0,
         len(par), par_prod, par_prod / max(outer[par[-1] + 1], 1.0) if par else 0.0,
         outer[par[0]] if par else 0.0, outer_prod / par_prod if par_prod > 0 else outer_prod,
-        len(guards), sum(outer[g] for g in guards), float(any(g == n for g in guards)),
+        len(guards), sum(outer[g] for g, _ in guards), float(any(g == n for g, _ in guards)), reach,
     ]
 
     # group accesses per buffer: the stored buffer first, reads in order of appearance
     index_lists = {store.buffer: [store.indices]}
     for ld in reversed(loads):
         index_lists.setdefault(ld.buffer, []).append(ld.indices)
-    accesses = [_BufferAccess(b, idx, int(b == store.buffer), names, ext, loop_pos)
+    accesses = [BufferAccess(b, idx, names, ext, loop_pos)
                 for b, idx in index_lists.items()]
-    footprint = sum(a.elements * a.elem_bytes for a in accesses)   # bytes touched per level (n+1,)
+    footprint = [sum(a.elements[i] * a.elem_bytes for a in accesses) for i in range(n + 1)]  # bytes per level
 
-    feats = [_access_features(a, ext, outer_prod, footprint) for a in accesses]
-    reads = sorted(range(1, len(accesses)), key=lambda k: (-feats[k][5], -feats[k][3], accesses[k].buffer.name))
+    feats = [access_features(a, ext, outer_prod, footprint) for a in accesses]
+    lines, nbytes = _ACC_IDX["lines"], _ACC_IDX["bytes"]
+    reads = sorted(range(1, len(accesses)),
+                   key=lambda k: (-feats[k][lines], -feats[k][nbytes], accesses[k].buffer.name))
     base = _IDX["write.present"]
-    for slot, k in enumerate([0] + reads[:N_READ_SLOTS]):
+    slots = [0] + reads[:N_READ_SLOTS]
+    for slot, k in enumerate(slots):
         f[base + slot * len(_ACCESS): base + (slot + 1) * len(_ACCESS)] = feats[k]
 
     traffic = []
@@ -406,41 +204,60 @@ def _store_features(store: Store, loops: list, guards: list, allocs: dict):
         total_flops / max(traffic[0], 1.0), total_flops / max(traffic[1], 1.0),
         store.buffer.nbytes if alloc is not None else 0.0, alloc if alloc is not None else 0.0,
     ]
-    total_bytes = sum(feats[k][3] for k in range(len(accesses)))
-    return f, outer_prod, total_flops, traffic[1], total_bytes
+    total_bytes = sum(row[nbytes] for row in feats)
+    return f, outer_prod, total_flops, traffic[1], total_bytes, [accesses[k].buffer.name for k in slots]
 
 
 # ------------------------------------------------------------------ whole function
 
-def _walk(stmt, loops, guards, allocs, outer_prod, out, alloc_log):
-    t = type(stmt)
-    if t is Store:
-        out.append(_store_features(stmt, loops, guards, allocs))
-    elif t is For:
-        loops.append((stmt.var.name, stmt.extent, stmt.kind))
-        _walk(stmt.body, loops, guards, allocs, outer_prod * stmt.extent, out, alloc_log)
-        loops.pop()
-    elif t is Seq:
-        for s in stmt.stmts:
-            _walk(s, loops, guards, allocs, outer_prod, out, alloc_log)
-    elif t is IfThenElse:
-        guards.append(len(loops))
-        _walk(stmt.then, loops, guards, allocs, outer_prod, out, alloc_log)
-        if stmt.otherwise is not None:
-            _walk(stmt.otherwise, loops, guards, allocs, outer_prod, out, alloc_log)
-        guards.pop()
-    elif t is Allocate:
-        previous = allocs.get(stmt.buffer)
-        allocs[stmt.buffer] = float(outer_prod)
-        alloc_log.append(stmt.buffer)
-        _walk(stmt.body, loops, guards, allocs, outer_prod, out, alloc_log)
-        if previous is None:
-            del allocs[stmt.buffer]
+class _Walker:
+    """Collects per-store features in program order with the loops, guards and allocations around them."""
+
+    def __init__(self):
+        self.loops = []        # (var name, extent, kind), outermost first
+        self.guards = []       # (loop depth, fraction of iterations reaching inside) per enclosing guard
+        self.conds = []        # (condition, branch taken) per enclosing guard
+        self.memo = {}         # guard_reach cache for this loop nest
+        self.allocs = {}       # buffer -> executions of its Allocate
+        self.alloc_log = []    # every allocated buffer
+        self.stores = []
+
+    def visit(self, stmt, outer_prod=1):
+        t = type(stmt)
+        if t is Store:
+            self.stores.append(_store_features(stmt, self.loops, self.guards, self.allocs))
+        elif t is For:
+            self.loops.append((stmt.var.name, stmt.extent, stmt.kind))
+            self.visit(stmt.body, outer_prod * stmt.extent)
+            self.loops.pop()
+        elif t is Seq:
+            for s in stmt.stmts:
+                self.visit(s, outer_prod)
+        elif t is IfThenElse:
+            names = [v for v, _, _ in self.loops]
+            ext = [e for _, e, _ in self.loops]
+            loop_pos = {v: j for j, v in enumerate(names)}
+            for branch, taken in ((stmt.then, True), (stmt.otherwise, False)):
+                if branch is None:
+                    continue
+                self.conds.append((stmt.cond, taken))
+                reach = guard_reach(self.conds, names, ext, loop_pos, self.memo)
+                self.guards.append((len(self.loops), reach))
+                self.visit(branch, outer_prod)
+                self.guards.pop()
+                self.conds.pop()
+        elif t is Allocate:
+            previous = self.allocs.get(stmt.buffer)
+            self.allocs[stmt.buffer] = float(outer_prod)
+            self.alloc_log.append(stmt.buffer)
+            self.visit(stmt.body, outer_prod)
+            if previous is None:
+                del self.allocs[stmt.buffer]
+            else:
+                self.allocs[stmt.buffer] = previous
         else:
-            allocs[stmt.buffer] = previous
-    else:
-        for s in stmt_children(stmt):
-            _walk(s, loops, guards, allocs, outer_prod, out, alloc_log)
+            for s in stmt_children(stmt):
+                self.visit(s, outer_prod)
 
 
 def _loop_stats(stmt, depth=0):
@@ -478,8 +295,9 @@ def extract_features(func: PrimFunc) -> np.ndarray:
     >>> v.shape == (N_FEATURES,)              # doctest: +SKIP
     True
     """
-    stores, alloc_log = [], []
-    _walk(func.body, [], [], {}, 1, stores, alloc_log)
+    walker = _Walker()
+    walker.visit(func.body)
+    stores, alloc_log = walker.stores, walker.alloc_log
     n_per = len(PER_STORE_NAMES)
     if stores:
         raw = np.stack([s[0] for s in stores])
@@ -502,6 +320,31 @@ def extract_features(func: PrimFunc) -> np.ndarray:
     g = np.where(_GLOBAL_LOG, _log2p(g), g)
     out = np.concatenate([pooled, g]).astype(np.float32)
     return np.nan_to_num(out, nan=0.0, posinf=math.log2(np.finfo(np.float32).max), neginf=0.0)
+
+
+def store_features(func: PrimFunc) -> list:
+    """Raw (not log-transformed, not pooled) features of every Store, for inspection.
+
+    Parameters
+    ----------
+    func : PrimFunc
+        The lowered kernel.
+
+    Returns
+    -------
+    list of dict
+        One ``{name: value}`` dict per Store in program order, keys
+        :data:`PER_STORE_NAMES` plus ``"<slot>.buffer"`` (the name of the
+        buffer in each filled access slot: ``write``, ``read0``, ...).
+    """
+    walker = _Walker()
+    walker.visit(func.body)
+    out = []
+    for f, *_, slot_buffers in walker.stores:
+        row = {n: float(v) for n, v in zip(PER_STORE_NAMES, f)}
+        row.update({f"{_SLOTS[i]}.buffer": name for i, name in enumerate(slot_buffers)})
+        out.append(row)
+    return out
 
 
 def extract_features_batch(funcs) -> np.ndarray:

@@ -19,3 +19,5 @@ __all__ = [
     "clear_cache", "default_log_path", "default_log_paths", "describe_target", "find_best",
     "pretuned_dir", "installed_version", "target_key", "utc_now", "workload_label",
 ]
+
+from .apply import TuningFallbackWarning, best_schedule, build, current_target  # noqa: E402,F401

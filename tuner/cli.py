@@ -1,0 +1,257 @@
+"""``tensortune``: list workloads, tune one, report what the logs hold.
+
+    tensortune workloads
+    tensortune tune matmul M=512 N=512 K=512 --trials 64
+    tensortune tune my_ops.py:stencil n=1000 --trials 32 --json
+    tensortune report [--log PATH] [WORKLOAD [NAME=VALUE ...]]
+
+Bad input ends with one line on stderr and exit status 2; no traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+EXIT_USAGE = 2
+
+
+class CLIError(Exception):
+    """A user error: printed as one line."""
+
+
+# ------------------------------------------------------------------ helpers
+
+def _fail(msg: str) -> int:
+    print(f"tensortune: error: {msg}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+class Progress:
+    """A one-line progress bar on stderr (a line per round when not a terminal)."""
+
+    def __init__(self, label: str, enabled: bool = True):
+        self.label = label
+        self.enabled = enabled
+        self.tty = sys.stderr.isatty()
+
+    def __call__(self, ev: dict) -> None:
+        if not self.enabled:
+            return
+        done, total = ev["measured"], ev["trials"]
+        width = 24
+        filled = int(width * done / max(total, 1))
+        rate = done / ev["elapsed"] if ev["elapsed"] > 0 else 0.0
+        line = (f"{self.label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} trials | "
+                f"best {ev['best_gflops']:.1f} GFLOP/s | {rate:.2f} cand/s | errors {ev['errors']} | "
+                f"{ev['elapsed']:.0f} s")
+        if self.tty:
+            print("\r" + line, end="", file=sys.stderr, flush=True)
+        else:
+            print(line, file=sys.stderr, flush=True)
+
+    def close(self):
+        if self.enabled and self.tty:
+            print(file=sys.stderr)
+
+
+def _open_log(path):
+    from logs import LogError, TuningLog
+    try:
+        return TuningLog(path)
+    except LogError as err:
+        raise CLIError(str(err)) from None
+
+
+def _threadpool(threads):
+    try:
+        from threadpoolctl import threadpool_limits
+        return threadpool_limits(threads)
+    except ImportError:  # pragma: no cover - a dependency of scikit-learn
+        import contextlib
+        return contextlib.nullcontext()
+
+
+def compare_with_numpy(spec, trace: dict, threads: int, rounds: int = 5):
+    """Seconds per call of the tuned kernel, numpy and the default schedule, timed in this process."""
+    import numpy as np
+
+    from schedules import Schedule
+    from tensorir.build import build
+
+    from .compare import side_by_side
+    tensors = spec.tensors()
+    inputs = spec.inputs(0)
+    outs = [np.empty(t.shape, t.dtype) for t in spec.output_tensors()]
+    tuned = build(Schedule.from_json(tensors, trace).lower())
+    tuned.threads = threads
+    tuned(*inputs, *outs)
+    for got, ref in zip(outs, spec.reference(inputs)):  # the kernel we report is checked again here
+        if not np.allclose(got, ref, rtol=1e-3, atol=1e-3 * max(1.0, float(np.abs(ref).max(initial=0)))):
+            raise CLIError("the best logged schedule computes a wrong result in this process; not reported")
+    fns = {"tuned": lambda: tuned(*inputs, *outs)}
+    impl = spec.numpy_impl()
+    with _threadpool(threads):
+        if impl is not None:
+            fns["numpy"] = lambda: impl(inputs)
+        timing = side_by_side(fns, rounds=rounds, min_repeat_ms=100, repeats_per_round=3)
+        default = build(Schedule(tensors).lower())
+        default.threads = threads
+        t0 = time.perf_counter()
+        default(*inputs, *outs)
+        first = time.perf_counter() - t0
+        if first < 0.2:  # fast enough to time properly
+            d = side_by_side({"default": lambda: default(*inputs, *outs)}, rounds=1, min_repeat_ms=50,
+                             repeats_per_round=3)["default"]["median"]
+        else:
+            d = first
+    return timing["tuned"]["median"], timing.get("numpy", {}).get("median"), d
+
+
+# ---------------------------------------------------------------- commands
+
+def cmd_workloads(args) -> int:
+    from tensorir.registry import list_workloads
+    for w in list_workloads():
+        params = " ".join(f"{p.name}={p.default}" for p in w.params)
+        print(f"{w.name:<18} {w.description}")
+        print(f"{'':<18} {params}")
+    print("\nA workload can also be a file: path/to/file.py:function (keyword parameters -> tensors).")
+    return 0
+
+
+def cmd_tune(args) -> int:
+    from logs import default_log_path
+
+    from .measure import MeasureConfig
+    from .search import TuneConfig, Tuner
+    from .spec import SpecError, WorkloadSpec
+    if args.trials < 1:
+        raise CLIError(f"--trials must be a positive integer, got {args.trials}")
+    if args.threads is not None and args.threads < 1:
+        raise CLIError(f"--threads must be a positive integer, got {args.threads}")
+    if args.timeout is not None and args.timeout <= 0:
+        raise CLIError(f"--timeout must be positive, got {args.timeout}")
+    try:
+        spec = WorkloadSpec.parse(args.workload, args.params)
+        spec.tensors()
+    except SpecError as err:
+        raise CLIError(str(err)) from None
+    log_path = args.log or str(default_log_path())
+    log = _open_log(log_path)
+    storage = args.storage or f"sqlite:///{os.path.abspath(log_path)}.optuna.db"
+    from tensorir.runtime import host_target
+    threads = args.threads or host_target()["num_cores"]
+    cfg = TuneConfig(trials=args.trials, sampler=args.sampler, seed=args.seed, cost_model=not args.no_cost_model,
+                     timeout_s=args.timeout, threads=threads, measure=MeasureConfig(threads=threads, seed=args.seed))
+    progress = Progress(spec.label, enabled=not args.quiet)
+    model_path = os.path.abspath(log_path) + ".costmodel"
+    try:
+        tuner = Tuner(spec, cfg, log=log, storage=storage, model_path=model_path, progress=progress)
+        result = tuner.run()
+    except ImportError as err:
+        raise CLIError(f"cannot use --storage {storage}: {err}") from None
+    finally:
+        progress.close()
+    out = {"workload": spec.name, "params": spec.params, "trials": result.trials, "resumed": result.resumed,
+           "best_gflops": None, "best_latency_s": None, "default_gflops": None, "numpy_gflops": None,
+           "errors": dict(result.errors), "invalid": result.invalid, "asked": result.asked,
+           "tune_seconds": round(result.tune_seconds, 3), "log": log.path}
+    t90 = result.time_to_fraction(0.9)
+    out["time_to_90pct"] = {"trials": t90[0], "seconds": round(t90[1], 3)} if t90 else None
+    best = result.best
+    if best is None:
+        print(f"no valid schedule found in {result.trials} trials ({dict(result.errors)})", file=sys.stderr)
+        if args.json:
+            print(json.dumps(out))
+        return 1
+    tuned_s, numpy_s, default_s = compare_with_numpy(spec, best.trace, threads)
+    gf = lambda s: spec.flops / s / 1e9 if s else None  # noqa: E731
+    out.update(best_gflops=round(gf(tuned_s), 3), best_latency_s=tuned_s, default_gflops=round(gf(default_s), 3),
+               numpy_gflops=round(gf(numpy_s), 3) if numpy_s else None,
+               tuning_best_gflops=round(best.gflops or 0.0, 3))
+    from schedules import Schedule
+    sch = Schedule.from_json(spec.tensors(), best.trace)
+    print(f"workload      {spec.label}  ({spec.flops / 1e9:.3f} GFLOP, threads={threads})")
+    print(f"trials        {result.trials} measured in {result.tune_seconds:.1f} s "
+          f"({result.invalid} invalid of {result.asked} asked; errors: {dict(result.errors) or 'none'})"
+          + (f"; {result.resumed} earlier records resumed" if result.resumed else ""))
+    print(f"best          {tuned_s * 1e3:.3f} ms  {gf(tuned_s):.1f} GFLOP/s  (timed again here, side by side)")
+    if numpy_s:
+        print(f"numpy         {numpy_s * 1e3:.3f} ms  {gf(numpy_s):.1f} GFLOP/s  -> tuned/numpy "
+              f"{numpy_s / tuned_s:.2f}x")
+    print(f"default       {default_s * 1e3:.3f} ms  {gf(default_s):.2f} GFLOP/s  -> tuned/default "
+          f"{default_s / tuned_s:.1f}x")
+    if t90:
+        print(f"90% of best   after {t90[0]} trials, {t90[1]:.1f} s")
+    print(f"log           {log.path}")
+    print("best schedule:")
+    print("    " + sch.to_python().replace("\n", "\n    "))
+    if args.json:
+        print(json.dumps(out))
+    return 0
+
+
+def cmd_report(args) -> int:
+    from .report import report
+    print(report(args.log, args.workload, args.params, top=args.top, show_nest=args.loop_nest))
+    return 0
+
+
+# ------------------------------------------------------------------- parser
+
+def build_parser() -> argparse.ArgumentParser:
+    from .search import SAMPLERS
+    p = argparse.ArgumentParser(prog="tensortune", description="Schedule-autotuning tensor compiler for CPUs.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.add_parser("workloads", help="list the built-in workloads and their parameters")
+    t = sub.add_parser("tune", help="tune a workload", description="Tune WORKLOAD (a built-in name or "
+                       "path/to/file.py:function) with NAME=VALUE parameters.")
+    t.add_argument("workload")
+    t.add_argument("params", nargs="*", metavar="NAME=VALUE")
+    t.add_argument("--trials", type=int, default=64, help="measured candidates (default 64)")
+    t.add_argument("--log", help="tuning log (default: the per-user log that builds read)")
+    t.add_argument("--storage", help="Optuna storage URL (default: SQLite file next to the log)")
+    t.add_argument("--threads", type=int, help="kernel threads (default: all cores)")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--sampler", choices=SAMPLERS, default="tpe")
+    t.add_argument("--no-cost-model", action="store_true", help="measure Optuna's proposals directly")
+    t.add_argument("--timeout", type=float, help="stop starting new rounds after SECONDS")
+    t.add_argument("--json", action="store_true", help="print one JSON object on the last line")
+    t.add_argument("--quiet", action="store_true", help="no progress bar")
+    r = sub.add_parser("report", help="show the best schedules in a tuning log")
+    r.add_argument("workload", nargs="?")
+    r.add_argument("params", nargs="*", metavar="NAME=VALUE")
+    r.add_argument("--log", action="append", help="log to read (repeatable; default: per-user + shipped logs)")
+    r.add_argument("--top", type=int, default=3, help="schedules shown per workload (default 3)")
+    r.add_argument("--loop-nest", action="store_true", help="print the best schedule's lowered loop nest")
+    return p
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse already printed a one-line usage error
+        return int(exc.code or 0)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    handlers = {"workloads": cmd_workloads, "tune": cmd_tune, "report": cmd_report}
+    try:
+        return handlers[args.command](args)
+    except CLIError as err:
+        return _fail(str(err))
+    except BrokenPipeError:  # e.g. `tensortune workloads | head`
+        sys.stderr.close()
+        return 0
+    except KeyboardInterrupt:
+        print("\ninterrupted: every measured candidate is already in the log; run the same command to resume",
+              file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

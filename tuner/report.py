@@ -1,0 +1,97 @@
+"""``tensortune report``: what the tuning logs hold, and why the best schedules are fast."""
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+from tensorir.ir import Allocate, For, ForKind, Scope, walk_stmts
+
+
+def explain(func) -> list:
+    """Short facts about a lowered kernel that explain its speed."""
+    facts = []
+    loops = [s for s in walk_stmts(func.body) if isinstance(s, For)]
+    par = sorted({s.extent for s in loops if s.kind is ForKind.PARALLEL})
+    vec = sorted({s.extent for s in loops if s.kind is ForKind.VECTORIZED})
+    unr = sorted({s.extent for s in loops if s.kind is ForKind.UNROLLED})
+    facts.append(f"parallel loops over {par} iterations" if par else "single-threaded (no parallel loop)")
+    facts.append(f"SIMD: {'/'.join(map(str, vec))}-lane vectorized inner loops" if vec else "no vectorized loop")
+    if unr:
+        facts.append(f"unrolled loops of extent {unr}")
+    for s in walk_stmts(func.body):
+        if isinstance(s, Allocate):
+            shape = "x".join(map(str, s.buffer.shape))
+            if s.buffer.scope is Scope.LOCAL:
+                facts.append(f"tile {s.buffer.name} [{shape}] computed per iteration ({s.buffer.nbytes} B, "
+                             "registers/L1)")
+            elif s.buffer.name.endswith("_pack"):
+                facts.append(f"packed copy {s.buffer.name} [{shape}] so inner loops read contiguous memory")
+            else:
+                facts.append(f"intermediate {s.buffer.name} [{shape}] in memory")
+    return facts
+
+
+def _spec_for(rec):
+    from .spec import SpecError, WorkloadSpec
+    try:
+        spec = WorkloadSpec(rec.workload_name, dict(rec.workload_params))
+        spec.tensors()
+        return spec
+    except (SpecError, ValueError, TypeError, KeyError, OSError):
+        return None
+
+
+def report(log_paths=None, workload: str | None = None, params=(), top: int = 3, show_nest: bool = False) -> str:
+    from logs import TuningLog, default_log_paths, describe_target
+    from schedules import Schedule
+    from tensorir.errors import ScheduleError
+
+    from .cli import CLIError
+    from .spec import SpecError, WorkloadSpec
+    paths = [str(p) for p in (log_paths or default_log_paths())]
+    want_key = None
+    if workload:
+        try:
+            want_key = WorkloadSpec.parse(workload, list(params)).key
+        except SpecError as err:
+            raise CLIError(str(err)) from None
+    groups = defaultdict(list)
+    for path in paths:
+        for rec in TuningLog(path, mode="r").records():
+            if want_key is None or rec.workload_key == want_key:
+                groups[(rec.workload_key, describe_target(rec.target))].append(rec)
+    if not groups:
+        where = ", ".join(paths) or "(no log)"
+        what = f" for {workload} {' '.join(params)}".rstrip() if workload else ""
+        return f"no tuning records{what} in {where}"
+    out = []
+    for (key, target), recs in sorted(groups.items(), key=lambda kv: kv[1][0].workload_label):
+        ok = [r for r in recs if r.ok]
+        errs = Counter(r.error_kind for r in recs if not r.ok)
+        head = recs[0]
+        out.append(f"== {head.workload_label}  key {key[:12]}  on {target}")
+        out.append(f"   {len(recs)} records: {len(ok)} ok" + (f", errors {dict(errs)}" if errs else ""))
+        best = sorted(ok, key=lambda r: r.median_cost)[:top]
+        for rank, r in enumerate(best, 1):
+            gf = f"{r.gflops:8.1f} GFLOP/s" if r.gflops else "         -"
+            out.append(f"   #{rank} {r.median_cost * 1e3:9.3f} ms {gf}   measured {r.timestamp}")
+        if not best:
+            continue
+        spec = _spec_for(best[0])
+        if spec is None:
+            out.append("   (workload cannot be rebuilt here; trace instructions:)")
+            for inst in best[0].trace.get("instructions", []):
+                out.append(f"     {inst}")
+            continue
+        try:
+            sch = Schedule.from_json(spec.tensors(), best[0].trace)
+            func = sch.lower()
+        except ScheduleError as err:
+            out.append(f"   best trace no longer replays: {err}")
+            continue
+        out.append("   why it is fast: " + "; ".join(explain(func)))
+        out.append("   schedule:")
+        out.extend("     " + line for line in sch.to_python().splitlines())
+        if show_nest:
+            out.append("   loop nest:")
+            out.extend("     " + line for line in str(func).splitlines())
+    return "\n".join(out)

@@ -1,0 +1,477 @@
+"""Isolated, never-raising measurement of schedule candidates.
+
+>>> spec = WorkloadSpec.parse("matmul", ["M=256", "N=256", "K=256"])
+>>> with Measurer(spec, MeasureConfig(repeat=5)) as m:          # doctest: +SKIP
+...     results = m.measure([schedule, trace_dict, prim_func])
+...     base = m.baseline_default()
+>>> results[0].ok, results[0].median                            # doctest: +SKIP
+
+A candidate goes through four steps, each failure becoming an ``error_kind``:
+replay the trace (``"schedule"``) and lower it (``"lower"``) in the parent, so
+the caller also gets the PrimFunc (``MeasureResult.func``) for features;
+compile it to an object file in a builder process (``"compile"``); link and
+run it in the runner process, check its outputs (``"wrong_answer"``) and time
+it.  A kernel that segfaults kills only the runner (``"crash"``, with the
+signal), one that runs past ``timeout_s`` is killed (``"timeout"``); either
+way a fresh runner is started for the next candidate.
+
+How timings are protected from noise
+------------------------------------
+- **One quiet process times kernels.**  Kernels run in a dedicated runner
+  process that does nothing else.  Inputs, output buffers and the reference
+  outputs are allocated once per workload; each candidate is linked into the
+  JIT before its clock starts, and Python's garbage collector is off while
+  timing.  The parent only sleeps on the runner's pipe meanwhile.
+- **No compiling while timing.**  With ``threads`` equal to the number of
+  cores (the default), a batch is first compiled by builder processes that use
+  every core; timing starts only once all builds of the batch are done and the
+  builders sleep on their pipes.  With fewer threads than cores, compiling the
+  next candidates overlaps timing the current one, but never on the same core:
+  the runner is pinned (``sched_setaffinity``) to ``threads`` cores and the
+  builders to the other ones (they still share the last-level cache and memory
+  bandwidth).
+- **No other runtime's threads spinning.**  The numpy reference is computed
+  in the parent before the workers start, so no OpenBLAS thread pool is busy
+  in the runner.  libgomp threads of a parallel kernel spin only briefly after
+  each call (measured: under 10 ms here); the link and the check run of the
+  next candidate come before its timing starts.
+- **Warm-up, then calibrated repeats.**  The first call, on outputs filled
+  with NaN, is the correctness check and warms caches, page tables and the
+  OpenMP thread pool.  ``number`` (calls per repeat) is then calibrated so a
+  repeat lasts at least ``min_repeat_ms`` (40 ms), which averages away timer
+  resolution, call overhead and short interruptions; ``repeat`` repeats (5)
+  give ``costs`` (seconds per call), and their median ranks candidates.
+  ``flush_cache=True`` instead times single calls, each after writing a
+  buffer twice the size of the largest cache.
+- **What it cannot remove.**  Other processes on a shared machine.  Absolute
+  numbers drift between runs; for final comparisons measure ratios side by side
+  in one process with :func:`tuner.compare.side_by_side`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import statistics
+import time
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait as _wait_any
+
+from tensorir.errors import ScheduleError
+from tensorir.ir import Allocate, PrimFunc, walk_stmts
+
+from . import worker as W
+from .spec import WorkloadSpec, _one_line
+
+OBJECT_CACHE_SIZE = 256
+_GRACE_S = 0.5   # beyond the runner's own budget before it is killed
+
+
+@dataclass
+class MeasureConfig:
+    """How candidates are measured.
+
+    Attributes
+    ----------
+    repeat : int
+        Timed repeats per candidate; ``costs`` has this many entries (5).
+    min_repeat_ms : float
+        Each repeat calls the kernel ``number`` times, with ``number``
+        calibrated so a repeat lasts at least this long (40 ms).
+    number : int or None
+        Calls per repeat; None (default) calibrates it.
+    timeout_s : float
+        Budget per candidate for build plus run (10 s).  The runner gives up
+        by itself ("timeout") when the remaining repeats cannot fit, and is
+        killed if a call does not return within the budget plus 0.5 s.
+    flush_cache : bool
+        Time single calls, each after writing a buffer larger than the
+        last-level cache (False).
+    threads : int or None
+        Threads for parallel loops; None (default) uses every core.  With
+        fewer threads than cores, compilation overlaps timing on the free cores.
+    check : bool
+        Check the outputs of every candidate against the reference (True).
+    rtol, atol : float
+        Output tolerance: ``|got - ref| <= atol * max|ref| * sqrt(L) + rtol * |ref|``
+        elementwise, where ``max|ref|`` is the largest reference magnitude of
+        that output (1 if all zero) and ``L`` the longest reduction of the
+        workload (product of a stage's reduce extents, 1 if none): rounding
+        error grows with the magnitude of the terms and, for a reordered
+        reduction, about with the square root of its length.  Defaults
+        (1e-4, 1e-5) suit float32; int32 outputs must match exactly.
+    memory_limit_mb : int or None
+        Address-space limit of each worker (RLIMIT_AS), 8192; None for none.
+    seed : int
+        Seed of the random inputs (0).
+    builders : int or None
+        Builder processes; None: every core (or the cores left free by
+        ``threads``), at least one.
+    """
+    repeat: int = 5
+    min_repeat_ms: float = 40.0
+    number: int | None = None
+    timeout_s: float = 10.0
+    flush_cache: bool = False
+    threads: int | None = None
+    check: bool = True
+    rtol: float = 1e-4
+    atol: float = 1e-5
+    memory_limit_mb: int | None = 8192
+    seed: int = 0
+    builders: int | None = None
+
+    def __post_init__(self):
+        def positive(name, value, kind=(int,)):
+            if isinstance(value, bool) or not isinstance(value, kind) or value <= 0:
+                raise ValueError(f"MeasureConfig.{name} must be a positive number, got {value!r}")
+        positive("repeat", self.repeat)
+        positive("min_repeat_ms", self.min_repeat_ms, (int, float))
+        positive("timeout_s", self.timeout_s, (int, float))
+        for name in ("number", "threads", "memory_limit_mb", "builders"):
+            if getattr(self, name) is not None:
+                positive(name, getattr(self, name))
+        for name in ("rtol", "atol"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"MeasureConfig.{name} must be a number >= 0, got {value!r}")
+
+
+@dataclass
+class MeasureResult:
+    """The outcome of measuring one candidate.
+
+    Attributes
+    ----------
+    costs : list of float
+        Seconds per kernel call, one entry per repeat; empty on error.
+    error_kind : str or None
+        None, or one of :data:`logs.record.ERROR_KINDS`.
+    error_msg : str or None
+        One line saying what went wrong.
+    compile_seconds : float
+        Codegen + LLVM time of the object (measured when it was first built;
+        objects are cached per PrimFunc) plus the JIT link.
+    run_seconds : float
+        Wall time of the run step (link, check, calibration, repeats).
+    func : PrimFunc or None
+        The lowered candidate (None if it did not lower).
+    """
+    costs: list = field(default_factory=list)
+    error_kind: str | None = None
+    error_msg: str | None = None
+    compile_seconds: float = 0.0
+    run_seconds: float = 0.0
+    func: PrimFunc | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.error_kind is None and bool(self.costs)
+
+    @property
+    def median(self) -> float:
+        """Median cost in seconds; ``inf`` on error."""
+        return statistics.median(self.costs) if self.ok else math.inf
+
+    def gflops(self, flops: int) -> float:
+        """GFLOP/s at the median cost (0.0 on error)."""
+        return flops / self.median / 1e9 if self.ok and self.median > 0 else 0.0
+
+
+def _fail(kind: str, msg, func=None, **kw) -> MeasureResult:
+    return MeasureResult(error_kind=kind, error_msg=_one_line(msg, 500), func=func, **kw)
+
+
+def prepare(tensors, candidate) -> PrimFunc | MeasureResult:
+    """Replay and lower one candidate in this process.
+
+    Parameters
+    ----------
+    tensors : list of te.Tensor
+        The workload the candidate schedules.
+    candidate : Schedule, dict, str or PrimFunc
+        A schedule, a trace (dict or JSON text, as ``Schedule.to_json``) or
+        an already lowered function.
+
+    Returns
+    -------
+    PrimFunc or MeasureResult
+        The lowered function, or a failed result of kind ``"schedule"`` (the
+        trace does not replay) or ``"lower"`` (it does not lower, or the
+        function's parameters do not match the workload).  Never raises.
+    """
+    from schedules.schedule import Schedule
+    if isinstance(candidate, PrimFunc):
+        func = candidate
+    else:
+        sch = candidate
+        if isinstance(candidate, (dict, str)):
+            try:
+                sch = Schedule.from_json(tensors, candidate)
+            except ScheduleError as err:
+                return _fail("schedule", err)
+            except Exception as err:  # noqa: BLE001 - a bug in a primitive still only sinks this candidate
+                return _fail("schedule", f"{type(err).__name__}: {err}")
+        if not isinstance(sch, Schedule):
+            return _fail("schedule", f"cannot measure a {type(candidate).__name__}; expected a Schedule, "
+                         "a trace dict or JSON text, or a PrimFunc")
+        try:
+            func = sch.lower()
+        except ScheduleError as err:
+            return _fail("lower", err)
+        except Exception as err:  # noqa: BLE001
+            return _fail("lower", f"{type(err).__name__}: {err}")
+    want = [(tuple(t.shape), t.dtype) for t in tensors]
+    got = [(tuple(b.shape), b.dtype) for b in func.params]
+    if want != got:
+        return _fail("lower", f"kernel parameters {got} do not match the workload's tensors {want}", func)
+    return func
+
+
+def allocated_bytes(func: PrimFunc) -> int:
+    """Bytes of every buffer the kernel allocates, each counted once (a lower bound)."""
+    return sum(s.buffer.nbytes for s in walk_stmts(func.body) if isinstance(s, Allocate))
+
+
+class Measurer:
+    """Measures candidates of one workload in long-lived worker processes.
+
+    Parameters
+    ----------
+    spec : WorkloadSpec
+        The workload.
+    config : MeasureConfig, optional
+        Defaults to ``MeasureConfig()``.
+
+    Use as a context manager, or call :meth:`start` and :meth:`close`.
+    Starting computes the inputs and reference once and spawns the workers;
+    it raises if the reference cannot be computed or the runner cannot start.
+    """
+
+    def __init__(self, spec: WorkloadSpec, config: MeasureConfig | None = None):
+        from tensorir.runtime import host_target
+        self.spec = spec
+        self.config = config or MeasureConfig()
+        host = host_target()
+        cpus = sorted(os.sched_getaffinity(0))
+        self.threads = self.config.threads or len(cpus)
+        self.overlap = self.threads < len(cpus)
+        runner_cpus = cpus[:self.threads] if self.overlap else None
+        builder_cpus = cpus[self.threads:] if self.overlap else None
+        n_builders = self.config.builders or (len(builder_cpus) if self.overlap else len(cpus))
+        self.target = {"kind": "llvm", "cpu": host["cpu"], "features": host["features"], "threads": self.threads}
+        limit = self.config.memory_limit_mb
+        self._builders = [W.WorkerProcess("builder", {"affinity": builder_cpus, "memory_limit_mb": limit})
+                          for _ in range(max(1, n_builders))]
+        self._runner_init = {"affinity": runner_cpus, "memory_limit_mb": limit}
+        self._runner = None
+        self._objects: OrderedDict = OrderedDict()   # PrimFunc -> (object, uses_openmp, compile_seconds)
+        self._started = False
+
+    # ------------------------------------------------------------ lifecycle
+    def start(self) -> "Measurer":
+        """Compute inputs and reference, spawn the workers and wait for the runner."""
+        if self._started:
+            return self
+        spec, cfg = self.spec, self.config
+        inputs = spec.inputs(cfg.seed)
+        reference = spec.reference(inputs)
+        outs = spec.output_tensors()
+        self._runner_init.update(
+            inputs=inputs, reference=reference, output_names=[t.name for t in outs],
+            output_dtypes=[t.dtype for t in outs], reduction_length=spec.reduction_length,
+            threads=self.threads, config=dataclasses.asdict(cfg))
+        for b in self._builders:
+            b.start()
+        self._runner = W.WorkerProcess("runner", self._runner_init)
+        self._runner.start()
+        self._started = True
+        try:
+            self._runner.wait_ready()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def close(self) -> None:
+        """Stop every worker process."""
+        for w in self._builders + ([self._runner] if self._runner else []):
+            w.stop()
+        self._started = False
+
+    def __enter__(self) -> "Measurer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ measuring
+    def baseline_default(self) -> MeasureResult:
+        """Measure the default (unscheduled) loop nest of the workload."""
+        from schedules.schedule import Schedule
+        return self.measure([Schedule(self.spec.tensors())])[0]
+
+    def measure(self, candidates: list) -> list:
+        """Measure candidates; one :class:`MeasureResult` each, in order.  Never raises.
+
+        Parameters
+        ----------
+        candidates : list
+            Schedules, traces (dict or JSON text) or PrimFuncs of this workload.
+
+        Returns
+        -------
+        list of MeasureResult
+        """
+        if not self._started:
+            self.start()
+        tensors = self.spec.tensors()
+        results: list = [None] * len(candidates)
+        waiting: dict = {}      # PrimFunc -> indices waiting for its build
+        ready: deque = deque()  # indices whose object is in the cache
+        limit = self.config.memory_limit_mb
+        for i, cand in enumerate(candidates):
+            func = prepare(tensors, cand)
+            if isinstance(func, MeasureResult):
+                results[i] = func
+                continue
+            try:
+                need = allocated_bytes(func)
+                if limit and need > limit * 2 ** 20:
+                    results[i] = _fail("memory", f"the kernel allocates {need / 2 ** 20:.0f} MiB of intermediate "
+                                       f"buffers, more than memory_limit_mb={limit}", func)
+                    continue
+                results[i] = func   # replaced by its result once run
+                if func in self._objects:
+                    ready.append(i)
+                else:
+                    waiting.setdefault(func, []).append(i)
+            except Exception as err:  # noqa: BLE001 - e.g. a hand-made PrimFunc holding unhashable parts
+                results[i] = _fail("lower", f"malformed PrimFunc: {type(err).__name__}: {err}")
+        try:
+            self._run_batch(results, waiting, ready)
+        except Exception as err:  # noqa: BLE001 - measure() never raises; the workers are reset
+            msg = f"internal measurer error: {type(err).__name__}: {err}"
+            for i, r in enumerate(results):
+                if not isinstance(r, MeasureResult):
+                    results[i] = _fail("runtime", msg, r)
+            self._reset_workers()
+        return results
+
+    def _reset_workers(self) -> None:
+        for b in self._builders:
+            b.restart()
+        if self._runner is not None:
+            self._runner.kill()
+
+    def _run_batch(self, results: list, waiting: dict, ready: deque) -> None:
+        cfg = self.config
+        pending = deque(waiting)
+        building: dict = {}     # builder -> (func, deadline)
+        running = None          # (index, deadline, t_sent, compile_seconds)
+        while pending or building or ready or running:
+            now = time.monotonic()
+            if pending and (self.overlap or running is None):
+                for b in self._builders:
+                    if b not in building and pending:
+                        func = pending.popleft()
+                        if not b.alive:
+                            b.restart()
+                        b.send(("build", func))
+                        building[b] = (func, now + cfg.timeout_s)
+            if running is None and ready and (self.overlap or not (pending or building)):
+                i = ready.popleft()
+                running = self._send_run(i, results)
+            conns = {b.conn: b for b in building}
+            if running is not None:
+                conns[self._runner.conn] = self._runner
+            if not conns:
+                continue
+            deadlines = [d for _, d in building.values()] + ([running[1]] if running else [])
+            for conn in _wait_any(list(conns), timeout=max(0.0, min(deadlines) - time.monotonic())):
+                w = conns[conn]
+                if w is self._runner:
+                    self._finish_run(running, results)
+                    running = None
+                else:
+                    self._finish_build(w, building.pop(w)[0], waiting, results, ready)
+            now = time.monotonic()
+            for b, (func, deadline) in list(building.items()):
+                if now >= deadline:
+                    del building[b]
+                    b.restart()
+                    for i in waiting.pop(func, []):
+                        results[i] = _fail("timeout", f"compilation took longer than timeout_s={cfg.timeout_s:g}",
+                                           func, compile_seconds=cfg.timeout_s)
+            if running is not None and now >= running[1]:
+                i, _, t_sent, compile_s = running
+                self._runner.kill()
+                results[i] = _fail("timeout", f"the kernel did not finish within timeout_s={cfg.timeout_s:g} "
+                                   "and was killed", results[i], compile_seconds=compile_s,
+                                   run_seconds=now - t_sent)
+                running = None
+
+    def _finish_build(self, b, func, waiting: dict, results: list, ready: deque) -> None:
+        try:
+            _, reply = b.recv(0)
+        except W.WorkerDied as err:
+            b.start()
+            reply = {"error_kind": "compile", "error_msg": f"code generation crashed: {err}"}
+        indices = waiting.pop(func, [])
+        if reply.get("error_kind"):
+            for i in indices:
+                results[i] = _fail(reply["error_kind"], reply["error_msg"], func)
+            return
+        self._objects[func] = (reply["object"], reply["uses_openmp"], reply["compile_seconds"])
+        while len(self._objects) > OBJECT_CACHE_SIZE:
+            self._objects.popitem(last=False)
+        ready.extend(indices)
+
+    def _send_run(self, i: int, results: list):
+        func = results[i]
+        obj, omp, compile_s = self._objects[func]
+        self._objects.move_to_end(func)
+        try:
+            if self._runner.proc is None or not self._runner.alive:
+                self._runner.restart()
+            self._runner.wait_ready()
+        except (W.WorkerDied, TimeoutError) as err:
+            results[i] = _fail("runtime", f"could not start the runner process: {err}", func)
+            return None
+        budget = max(0.05, self.config.timeout_s - compile_s)
+        self._runner.send(("run", {"func": func, "object": obj, "uses_openmp": omp, "budget_s": budget}))
+        now = time.monotonic()
+        return (i, now + budget + _GRACE_S, now, compile_s)
+
+    def _finish_run(self, running, results: list) -> None:
+        i, _, t_sent, compile_s = running
+        func = results[i]
+        try:
+            _, reply = self._runner.recv(0)
+        except W.WorkerDied as err:
+            kind, msg = "crash", f"the kernel crashed: {err}"
+            limit, need = self.config.memory_limit_mb, allocated_bytes(func)
+            if limit and need > limit * 2 ** 20 // 2:
+                # aligned_alloc returned NULL under RLIMIT_AS and the kernel wrote through it
+                kind = "memory"
+                msg += f"; it allocates {need / 2 ** 20:.0f} MiB, near memory_limit_mb={limit}"
+            results[i] = _fail(kind, msg, func, compile_seconds=compile_s, run_seconds=time.monotonic() - t_sent)
+            return
+        compile_s += reply.get("link_seconds", 0.0)
+        run_s = reply.get("run_seconds", time.monotonic() - t_sent)
+        if reply.get("error_kind"):
+            results[i] = _fail(reply["error_kind"], reply["error_msg"], func, compile_seconds=compile_s,
+                               run_seconds=run_s)
+        else:
+            results[i] = MeasureResult(costs=list(reply["costs"]), compile_seconds=compile_s, run_seconds=run_s,
+                                       func=func)
+
+
+def measure_once(spec: WorkloadSpec, candidates: list, config: MeasureConfig | None = None) -> list:
+    """Start a :class:`Measurer`, measure ``candidates`` and stop it."""
+    with Measurer(spec, config) as m:
+        return m.measure(candidates)
+
+
+__all__ = ["MeasureConfig", "MeasureResult", "Measurer", "prepare", "measure_once", "allocated_bytes"]

@@ -1,0 +1,339 @@
+"""What is being tuned: a built-in workload or a user function, with its parameters.
+
+>>> spec = WorkloadSpec.parse("matmul", ["M=64", "N=64", "K=64"])
+>>> spec.label
+'matmul(M=64, N=64, K=64)'
+>>> spec = WorkloadSpec.parse("ops/stencil.py:blur", ["n=256"])   # doctest: +SKIP
+
+A user workload is ``"path/to/file.py:function"``: the function takes the
+parameters as keyword arguments and returns the workload's tensors, inputs
+first, then outputs.  Its reference is :func:`tensorir.evaluate.evaluate`
+(the tensor expression computed with numpy); a built-in's is the registry's
+numpy implementation.  Every bad input raises :class:`SpecError` with one line
+that names the culprit.
+"""
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import itertools
+import os
+from typing import Callable
+
+import numpy as np
+
+from tensorir import registry
+from tensorir.te import Tensor
+
+_module_ids = itertools.count()
+
+
+class SpecError(ValueError):
+    """A workload or parameter given by the user is invalid (one-line message)."""
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    text = " | ".join(part.strip() for part in str(text).strip().splitlines() if part.strip())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _parse_value(text: str):
+    """``"64"`` -> 64, ``"0.5"`` -> 0.5, ``"true"`` -> True, anything else stays a string."""
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def is_user_workload(name: str) -> bool:
+    """Whether ``name`` looks like ``"path/to/file.py:function"``."""
+    path, sep, func = str(name).rpartition(":")
+    return bool(sep) and path.endswith(".py") and bool(func)
+
+
+class WorkloadSpec:
+    """A workload to tune: a registry name or ``"file.py:function"``, plus parameters.
+
+    Parameters
+    ----------
+    name : str
+        A built-in workload name (see :func:`tensorir.registry.list_workloads`)
+        or ``"path/to/file.py:function"``.
+    params : dict, optional
+        Keyword parameters.  For a built-in they are validated and completed
+        with defaults (:meth:`tensorir.registry.Workload.bind`).
+
+    Raises
+    ------
+    SpecError
+        Unknown built-in or invalid built-in parameters (user files are
+        loaded, and checked, by :meth:`tensors`).
+    """
+
+    def __init__(self, name: str, params: dict | None = None):
+        self.name = str(name)
+        params = dict(params or {})
+        self._tensors = None
+        self._file = None
+        self._func_name = None
+        if is_user_workload(self.name):
+            path, _, self._func_name = self.name.rpartition(":")
+            self._file = os.path.abspath(os.path.expanduser(path))
+            self._workload = None
+        else:
+            try:
+                self._workload = registry.get_workload(self.name)
+                params = self._workload.bind(**params)
+            except registry.WorkloadError as err:
+                raise SpecError(_one_line(err)) from None
+        self.params = params
+
+    # ------------------------------------------------------------ construction
+    @classmethod
+    def parse(cls, workload: str, items: list | tuple | str = ()) -> "WorkloadSpec":
+        """Parse a workload and command-line ``NAME=VALUE`` items, then load it.
+
+        Parameters
+        ----------
+        workload : str
+            Built-in name or ``"path/to/file.py:function"``.
+        items : list of str
+            ``["M=512", "dtype=float64"]``.  For a user function, values are
+            read as int, float, bool (``true``/``false``) or else string.
+
+        Returns
+        -------
+        WorkloadSpec
+            With its tensors already built, so every error surfaces here.
+
+        Raises
+        ------
+        SpecError
+            Any problem with the workload or its parameters.
+        """
+        if isinstance(items, str):
+            items = items.split()
+        if not is_user_workload(workload):
+            try:
+                params = registry.get_workload(workload).parse_params(list(items))
+            except registry.WorkloadError as err:
+                raise SpecError(_one_line(err)) from None
+            spec = cls(workload, params)
+        else:
+            params = {}
+            for item in items:
+                key, sep, text = str(item).partition("=")
+                key, text = key.strip(), text.strip()
+                if not sep or not key.isidentifier() or not text:
+                    raise SpecError(f"workload {workload!r}: expected NAME=VALUE, got {item!r}")
+                if key in params:
+                    raise SpecError(f"workload {workload!r}: parameter {key!r} given twice")
+                params[key] = _parse_value(text)
+            spec = cls(workload, params)
+        spec.tensors()
+        return spec
+
+    def to_json(self) -> dict:
+        """A JSON-able dict that :meth:`from_json` turns back into an equal spec."""
+        out = {"name": self.name, "params": dict(self.params)}
+        if self._file is not None:
+            out["file"] = self._file
+        return out
+
+    @classmethod
+    def from_json(cls, obj: dict) -> "WorkloadSpec":
+        """Rebuild a spec from :meth:`to_json` (the user file is found by its absolute path)."""
+        if not isinstance(obj, dict) or "name" not in obj:
+            raise SpecError(f"a workload spec is a JSON object with 'name' and 'params', got {obj!r}")
+        name = obj["name"]
+        if obj.get("file") and is_user_workload(name):
+            name = f"{obj['file']}:{name.rpartition(':')[2]}"
+        spec = cls(name, obj.get("params") or {})
+        spec.name = obj["name"]
+        return spec
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, WorkloadSpec) and self.to_json() == other.to_json()
+
+    def __hash__(self) -> int:
+        return hash((self.name, tuple(sorted(self.params.items(), key=lambda kv: kv[0]))))
+
+    def __repr__(self) -> str:
+        return f"WorkloadSpec({self.label})"
+
+    # ------------------------------------------------------------- the workload
+    @property
+    def is_builtin(self) -> bool:
+        return self._workload is not None
+
+    def tensors(self) -> list:
+        """The workload's tensors (inputs first, then outputs); built once and cached.
+
+        Raises
+        ------
+        SpecError
+            The file is missing or does not import, the function is missing,
+            takes other parameters, raises, or does not return tensors.
+        """
+        if self._tensors is None:
+            if self._workload is not None:
+                tensors = self._workload.builder(**self.params)
+            else:
+                tensors = self._call_user_function()
+            self._tensors = self._check_tensors(tensors)
+        return list(self._tensors)
+
+    def _load_function(self) -> Callable:
+        path, fname = self._file, self._func_name
+        shown = self.name.rpartition(":")[0]
+        if not os.path.isfile(path):
+            raise SpecError(f"workload file {shown!r} not found (looked for {path})")
+        mod_name = f"_tensortune_user_{next(_module_ids)}"
+        try:
+            mspec = importlib.util.spec_from_file_location(mod_name, path)
+            module = importlib.util.module_from_spec(mspec)
+            mspec.loader.exec_module(module)
+        except BaseException as err:  # noqa: BLE001 - a user file may raise anything, even SystemExit
+            if isinstance(err, KeyboardInterrupt):
+                raise
+            raise SpecError(f"workload file {shown!r} failed to import: {type(err).__name__}: "
+                            f"{_one_line(err)}") from None
+        fn = getattr(module, fname, None)
+        if fn is None or not callable(fn):
+            found = sorted(n for n, v in vars(module).items()
+                           if inspect.isfunction(v) and v.__module__ == mod_name and not n.startswith("_"))
+            what = "no function" if fn is None else "a non-callable"
+            raise SpecError(f"workload file {shown!r} has {what} named {fname!r}; functions: "
+                            f"{', '.join(found) or '(none)'}")
+        return fn
+
+    def _call_user_function(self) -> list:
+        fn = self._load_function()
+        where = f"workload {self.name!r}"
+        try:
+            sig = inspect.signature(fn)
+        except (TypeError, ValueError):
+            sig = None
+        if sig is not None:
+            takes_kwargs = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
+            names = [n for n, p in sig.parameters.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+            for key in self.params:
+                if key not in names and not takes_kwargs:
+                    raise SpecError(f"{where}: unknown parameter {key!r}; {self._func_name}() takes "
+                                    f"{', '.join(names) or 'no parameters'}")
+            try:
+                sig.bind(**self.params)
+            except TypeError as err:
+                raise SpecError(f"{where}: {_one_line(err)}") from None
+        try:
+            return fn(**self.params)
+        except Exception as err:  # noqa: BLE001 - report the user's error in one line
+            raise SpecError(f"{where}: {self._func_name}() raised {type(err).__name__}: "
+                            f"{_one_line(err)}") from None
+
+    def _check_tensors(self, tensors) -> list:
+        where = f"workload {self.name!r}"
+        if not isinstance(tensors, (list, tuple)):
+            raise SpecError(f"{where}: expected a list of te.Tensor (inputs first, then outputs), got "
+                            f"{type(tensors).__name__}")
+        for n, t in enumerate(tensors):
+            if not isinstance(t, Tensor):
+                raise SpecError(f"{where}: entry {n} of the returned list is not a te.Tensor "
+                                f"(got {type(t).__name__})")
+        if not any(not t.is_placeholder for t in tensors):
+            raise SpecError(f"{where}: the returned tensors are all placeholders; list the computed "
+                            "output tensor(s) after the inputs")
+        from schedules.schedule import Schedule
+        from tensorir.errors import ScheduleError
+        try:
+            Schedule(tensors)
+        except ScheduleError as err:
+            raise SpecError(f"{where}: {_one_line(err)}") from None
+        return list(tensors)
+
+    # --------------------------------------------------------------- derived
+    @property
+    def key(self) -> str:
+        """Structural workload key (:func:`tensorir.serialize.workload_key`)."""
+        from tensorir.serialize import workload_key
+        return workload_key(self.tensors())
+
+    @property
+    def flops(self) -> int:
+        """Floating-point operations of one run."""
+        if self._workload is not None:
+            return int(self._workload.flops_fn(**self.params))
+        from tensorir.evaluate import count_flops
+        return int(count_flops(self.tensors()))
+
+    @property
+    def label(self) -> str:
+        """Readable instance name, e.g. ``matmul(M=512, N=512, K=512)``.
+
+        String parameters are shown only when they differ from the default.
+        """
+        if self._workload is not None:
+            defaults = self._workload.defaults
+            shown = {k: v for k, v in self.params.items() if not (isinstance(v, str) and defaults.get(k) == v)}
+            base = self.name
+        else:
+            shown = self.params
+            base = f"{os.path.basename(self.name.rpartition(':')[0])}:{self._func_name}"
+        return f"{base}({', '.join(f'{k}={v}' for k, v in shown.items())})"
+
+    @property
+    def reduction_length(self) -> int:
+        """Largest number of terms any one stage reduces over (1 if there is no reduction)."""
+        from tensorir.evaluate import topo_stages
+        longest = 1
+        for t in topo_stages(self.tensors()):
+            if not t.is_placeholder:
+                n = 1
+                for ax in t.op.reduce_axes:
+                    n *= ax.extent
+                longest = max(longest, n)
+        return longest
+
+    def inputs(self, seed: int = 0) -> list:
+        """Reproducible random inputs, one array per placeholder.
+
+        Floats are uniform in [-1, 1]; int32 inputs are uniform integers in [-8, 8).
+        """
+        if self._workload is not None:
+            return self._workload.inputs(seed, **self.params)
+        rng = np.random.default_rng(seed)
+        out = []
+        for t in self.tensors():
+            if t.is_placeholder:
+                if t.dtype == "int32":
+                    out.append(rng.integers(-8, 8, size=t.shape).astype(np.int32))
+                else:
+                    out.append(rng.uniform(-1.0, 1.0, t.shape).astype(t.dtype))
+        return out
+
+    def reference(self, inputs) -> list:
+        """The expected outputs for ``inputs``: numpy implementation (built-in) or the evaluator."""
+        if self._workload is not None:
+            return list(self._workload.reference_fn(list(inputs), **self.params))
+        from tensorir.evaluate import evaluate
+        return evaluate(self.tensors(), list(inputs))
+
+    def numpy_impl(self) -> Callable | None:
+        """A callable ``f(inputs) -> outputs`` running the plain numpy implementation, or None.
+
+        None for user workloads (the evaluator is a checker, not a fair
+        baseline).  The callable skips parameter validation so it can be timed.
+        """
+        if self._workload is None:
+            return None
+        ref, params = self._workload.reference_fn, dict(self.params)
+        return lambda inputs: ref(inputs, **params)
+
+    def output_tensors(self) -> list:
+        """The computed tensors of the workload list, in order."""
+        return [t for t in self.tensors() if not t.is_placeholder]

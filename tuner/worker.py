@@ -1,0 +1,453 @@
+"""Worker processes of the measurer: builders (PrimFunc -> object bytes) and the runner.
+
+Both kinds are fresh interpreters that talk to the parent over a socket
+(a ``multiprocessing`` connection), strictly request/reply, so a worker that dies (segfault, abort,
+``kill`` on timeout) shows up as end-of-file on its pipe and takes nothing
+else with it.  Messages are tuples ``(kind, payload)``; payloads are plain
+dicts, numpy arrays, bytes and PrimFuncs (frozen dataclasses, picklable).
+
+The runner gets the inputs and the reference outputs once, at start, and
+keeps them for every candidate; see :mod:`tuner.measure` for how timings are
+protected from noise.
+"""
+from __future__ import annotations
+
+import ctypes
+import gc
+import math
+import multiprocessing.connection
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+INIT_TIMEOUT_S = 120.0
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class WorkerDied(RuntimeError):
+    """The worker process ended while the parent waited for it (message: how it ended)."""
+
+
+def exit_description(exitcode) -> str:
+    """``"killed by SIGSEGV (Segmentation fault)"`` or ``"exited with status 3"``."""
+    if exitcode is None:
+        return "died (exit status unknown)"
+    if exitcode < 0:
+        try:
+            sig = signal.Signals(-exitcode)
+            return f"killed by {sig.name} ({signal.strsignal(sig) or sig.name})"
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+    return f"exited with status {exitcode}"
+
+
+class WorkerProcess:
+    """One worker process and its connection; restartable.
+
+    The child is a fresh interpreter (``python -c ...``), never a fork: the
+    parent may hold OpenMP, OpenBLAS and LLVM state that does not survive
+    ``fork``.  Unlike ``multiprocessing``'s spawn it does not re-import the
+    caller's ``__main__``, so scripts need no ``if __name__ == "__main__"``.
+
+    Parameters
+    ----------
+    role : str
+        ``"builder"`` or ``"runner"``.
+    init : dict
+        Start-up settings (affinity, memory limit, inputs, ...), sent first.
+    """
+
+    def __init__(self, role: str, init: dict):
+        self.role, self._init = role, init
+        self.proc = None
+        self.conn = None
+        self.ready = False
+
+    def start(self) -> None:
+        parent, child = socket.socketpair()
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
+        code = "import sys; from tuner.worker import child_main; child_main(sys.argv[1], int(sys.argv[2]))"
+        self.proc = subprocess.Popen([sys.executable, "-c", code, self.role, str(child.fileno())],
+                                     pass_fds=[child.fileno()], env=env, stdin=subprocess.DEVNULL)
+        child.close()
+        self.conn = multiprocessing.connection.Connection(parent.detach())
+        self.ready = False
+        self.conn.send({**self._init, "parent_pid": os.getpid()})
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def wait_ready(self, timeout: float = INIT_TIMEOUT_S) -> None:
+        """Block until the child reported it is initialized.
+
+        Raises
+        ------
+        WorkerDied
+            If it failed to start (the message carries its error).
+        """
+        if self.ready:
+            return
+        try:
+            kind, payload = self.recv(timeout)
+        except TimeoutError:
+            self.kill()
+            raise WorkerDied(f"{self.role} process did not start within {timeout:g} s") from None
+        if kind != "ready":
+            self.kill()
+            raise WorkerDied(f"{self.role} process failed to start: {payload}")
+        self.ready = True
+
+    def send(self, msg) -> None:
+        self.conn.send(msg)
+
+    def recv(self, timeout: float | None = None):
+        """Next message; raises ``TimeoutError`` or :class:`WorkerDied`."""
+        if not self.conn.poll(timeout):
+            raise TimeoutError(f"{self.role} did not answer within {timeout:.1f} s")
+        try:
+            return self.conn.recv()
+        except (EOFError, OSError):
+            try:
+                code = self.proc.wait(5.0)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                code = self.proc.wait()
+            self._forget()
+            raise WorkerDied(f"{self.role} process {exit_description(code)}") from None
+
+    def kill(self) -> None:
+        """End the process now (SIGKILL) and release the connection."""
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.proc.wait()
+        self._forget()
+
+    def stop(self, timeout: float = 2.0) -> None:
+        """Ask the child to exit, then kill it if it does not."""
+        if self.proc is None:
+            return
+        try:
+            if self.proc.poll() is None:
+                self.conn.send(("exit", None))
+                self.proc.wait(timeout)
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            pass
+        self.kill()
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+    def _forget(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+        self.conn = None
+        self.proc = None
+        self.ready = False
+
+
+# ===================================================================== in the child
+
+def _die_with_parent(parent_pid: int | None) -> None:
+    """Ask Linux to SIGKILL this process when its parent ends.
+
+    Without this a runner stuck in a hanging kernel would outlive a tuner
+    that was killed (a closed socket is only noticed between candidates).
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)   # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if parent_pid is not None and os.getppid() != parent_pid:
+        os._exit(1)   # the parent died before prctl took effect
+
+
+def _setup_child(init: dict) -> None:
+    _die_with_parent(init.get("parent_pid"))
+    cpus = init.get("affinity")
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+    limit_mb = init.get("memory_limit_mb")
+    if limit_mb:
+        import resource
+        limit = int(limit_mb) * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def _error_reply(kind: str, err: BaseException, prefix: str = "") -> tuple:
+    from .spec import _one_line
+    return ("result", {"error_kind": kind, "error_msg": prefix + f"{type(err).__name__}: {_one_line(err)}"})
+
+
+def compile_object(func):
+    """Codegen + verify + optimize + emit: ``func`` as ELF object bytes.
+
+    The same steps as :func:`tensorir.build.compile_func` (default LLVM
+    pipeline settings) without the JIT link, so the object can be made in one
+    process and linked in another.
+
+    Returns
+    -------
+    (bytes, bool)
+        The object image and whether it calls libgomp.
+    """
+    import llvmlite.binding as llvm
+    from tensorir import runtime
+    from tensorir.codegen import codegen
+    irmod = codegen(func)
+    text = str(irmod)
+    with runtime.LLVM_LOCK:
+        mod = llvm.parse_assembly(text)
+        runtime.prepare_module(mod)
+        mod.verify()
+        runtime.optimize(mod)
+        obj = runtime.emit_object(mod)
+    return obj, bool(irmod.uses_openmp)
+
+
+def builder_main(conn, init: dict) -> None:
+    """Builder loop: ``("build", func)`` -> ``("result", {"object", "uses_openmp", "compile_seconds"})``.
+
+    A builder sends no ready message: jobs queue in its socket while it starts.
+    """
+    setup_error = None
+    try:
+        _setup_child(init)
+        from tensorir import runtime
+        runtime.target_machine()
+    except BaseException as err:  # noqa: BLE001 - reported with every job, never raised in the parent
+        setup_error = f"builder process failed to start: {type(err).__name__}: {err}"
+    while True:
+        try:
+            kind, payload = conn.recv()
+        except EOFError:
+            return
+        if kind == "exit":
+            return
+        t0 = time.perf_counter()
+        if setup_error:
+            reply = ("result", {"error_kind": "compile", "error_msg": setup_error})
+        else:
+            try:
+                obj, omp = compile_object(payload)
+                reply = ("result", {"object": obj, "uses_openmp": omp,
+                                    "compile_seconds": time.perf_counter() - t0})
+            except MemoryError as err:
+                reply = _error_reply("memory", err, "out of memory while compiling: ")
+            except BaseException as err:  # noqa: BLE001 - codegen/LLVM errors of any type are "compile"
+                reply = _error_reply("compile", err)
+        conn.send(reply)
+
+
+def cache_flush_bytes() -> int:
+    """Twice the largest CPU cache (from sysfs; 32 MiB assumed if unknown)."""
+    largest = 0
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for entry in os.listdir(base):
+            try:
+                with open(os.path.join(base, entry, "size")) as f:
+                    text = f.read().strip()
+            except OSError:
+                continue
+            mult = {"K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}.get(text[-1:].upper(), 1)
+            digits = text[:-1] if text[-1:].isalpha() else text
+            if digits.isdigit():
+                largest = max(largest, int(digits) * mult)
+    except OSError:
+        pass
+    return 2 * (largest or 32 * 1024 ** 2)
+
+
+class _Runner:
+    """Runner state kept across candidates: inputs, reference, output buffers."""
+
+    def __init__(self, init: dict):
+        import numpy as np
+        self.np = np
+        self.cfg = init["config"]
+        self.inputs = [np.ascontiguousarray(a) for a in init["inputs"]]
+        self.reference = [np.asarray(r) for r in init["reference"]]
+        self.out_names = init["output_names"]
+        self.outputs = [np.empty(r.shape, dtype=d) for r, d in zip(self.reference, init["output_dtypes"])]
+        self.arrays = self.inputs + self.outputs
+        self.ptrs = [ctypes.c_void_p(a.ctypes.data) for a in self.arrays]
+        self.red_len = max(1, int(init["reduction_length"]))
+        self.threads = int(init["threads"])
+        self.flush = None
+        if self.cfg["flush_cache"]:
+            self.flush = np.zeros(cache_flush_bytes() // 8, dtype=np.int64)
+        from tensorir import runtime
+        runtime.target_machine()
+        self.runtime = runtime
+
+    # ----------------------------------------------------------- correctness
+    def check(self) -> str | None:
+        """None if every output matches the reference, else the one-line reason."""
+        np = self.np
+        rtol, atol = self.cfg["rtol"], self.cfg["atol"]
+        for name, got, want in zip(self.out_names, self.outputs, self.reference):
+            if want.shape != got.shape:
+                return f"output {name}: reference has shape {want.shape}, kernel output {got.shape}"
+            if got.dtype.kind in "iu":
+                bad = got != want
+                if bad.any():
+                    where = tuple(int(i) for i in np.argwhere(bad)[0])
+                    return (f"output {name}: {int(bad.sum())} of {got.size} elements differ, first at "
+                            f"{list(where)} (got {got[where]}, expected {want[where]})")
+                continue
+            want = want.astype(got.dtype, copy=False)
+            got_nan, want_nan = np.isnan(got), np.isnan(want)
+            unwritten = got_nan & ~want_nan
+            if unwritten.any():
+                where = tuple(int(i) for i in np.argwhere(unwritten)[0])
+                return (f"output {name}: {int(unwritten.sum())} of {got.size} elements are NaN where the "
+                        f"reference is not (unwritten or NaN produced), first at {list(where)}")
+            finite = np.isfinite(want)
+            infinite = np.isinf(want)
+            if (got[infinite] != want[infinite]).any():
+                return f"output {name}: infinities differ from the reference"
+            with np.errstate(invalid="ignore", over="ignore"):
+                err = np.where(finite, np.abs(got.astype(np.float64) - want), 0.0)
+                scale = float(np.max(np.abs(want[finite]))) if finite.any() else 1.0
+                allowed = (atol * (scale or 1.0) * math.sqrt(self.red_len)
+                           + rtol * np.abs(np.where(finite, want, 0.0)))
+                over = (err > allowed) | (finite & ~np.isfinite(got))
+            if over.any():
+                idx = int(np.argmax(np.where(over, err, -1.0)))
+                where = np.unravel_index(idx, got.shape)
+                return (f"output {name}: max abs error {err[where]:.3g} at {[int(i) for i in where]} "
+                        f"(got {got[where]:.6g}, expected {want[where]:.6g}, allowed {allowed[where]:.3g}); "
+                        f"{int(over.sum())} of {got.size} elements off")
+        return None
+
+    # ---------------------------------------------------------------- timing
+    def run(self, job: dict) -> dict:
+        t_start = time.perf_counter()
+        budget = job["budget_s"]
+        func = job["func"]
+        try:
+            tracker, address = self.runtime.jit_link(job["object"], func.name, need_omp=job["uses_openmp"])
+        except BaseException as err:  # noqa: BLE001
+            return _error_reply("compile", err, "JIT link failed: ")[1]
+        link_s = time.perf_counter() - t_start
+        proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * len(self.ptrs)), ctypes.c_int32)
+        cfunc = proto(address)
+        args = (*self.ptrs, self.threads)
+        try:
+            result = self._measure(cfunc, args, budget, t_start)
+        finally:
+            del cfunc, tracker  # frees the JIT code of this candidate
+        result["link_seconds"] = link_s
+        result["run_seconds"] = time.perf_counter() - t_start
+        return result
+
+    def _measure(self, cfunc, args, budget: float, t_start: float) -> dict:
+        cfg = self.cfg
+        for out in self.outputs:
+            out.fill(self.np.iinfo(out.dtype).min if out.dtype.kind in "iu" else self.np.nan)
+        t0 = time.perf_counter()
+        cfunc(*args)
+        first = time.perf_counter() - t0
+        if cfg["check"]:
+            problem = self.check()
+            if problem:
+                return {"error_kind": "wrong_answer", "error_msg": problem}
+
+        def out_of_time(runs_left: float, per_run: float):
+            spent = time.perf_counter() - t_start
+            if spent + runs_left * per_run <= budget:
+                return None
+            return {"error_kind": "timeout",
+                    "error_msg": f"one run takes {per_run:.3g} s; {cfg['repeat']} repeats of the measurement "
+                                 f"do not fit in timeout_s={cfg['timeout_s']:g} (spent {spent:.2f} s)"}
+
+        per_run = first
+        if cfg["flush_cache"]:
+            number = 1
+        elif cfg["number"]:
+            number = int(cfg["number"])
+        else:
+            number, per_run = self._calibrate(cfunc, args, first, cfg["min_repeat_ms"] / 1000.0)
+        too_long = out_of_time(cfg["repeat"] * number, per_run)
+        if too_long:
+            return too_long
+        costs = []
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            for _ in range(cfg["repeat"]):
+                if self.flush is not None:
+                    self.np.add(self.flush, 1, out=self.flush)
+                t0 = time.perf_counter()
+                for _ in range(number):
+                    cfunc(*args)
+                dt = time.perf_counter() - t0
+                costs.append(dt / number)
+                too_long = out_of_time(cfg["repeat"] - len(costs), dt)
+                if too_long:
+                    return too_long
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+        return {"costs": costs, "number": number}
+
+    @staticmethod
+    def _calibrate(cfunc, args, first: float, min_repeat_s: float) -> tuple:
+        """Calls per repeat so one repeat lasts at least ``min_repeat_s`` (timeit's autorange)."""
+        if first >= min_repeat_s:
+            return 1, first
+        # The check run (cold) gives a first estimate; the loop corrects it.
+        n = int(max(1, min(1 << 20, 0.25 * min_repeat_s / max(first, 1e-9))))
+        while True:
+            t0 = time.perf_counter()
+            for _ in range(n):
+                cfunc(*args)
+            dt = time.perf_counter() - t0
+            if dt >= 0.2 * min_repeat_s or n >= 1 << 24:
+                break
+            n *= 10 if dt < 0.02 * min_repeat_s else 2
+        per_run = dt / n
+        return max(1, math.ceil(min_repeat_s / max(per_run, 1e-9))), per_run
+
+
+def runner_main(conn, init: dict) -> None:
+    """Runner loop: ``("run", job)`` -> ``("result", {...costs or error...})``."""
+    try:
+        _setup_child(init)
+        runner = _Runner(init)
+    except BaseException as err:  # noqa: BLE001 - reported to the parent
+        conn.send(("error", f"{type(err).__name__}: {err}"))
+        return
+    conn.send(("ready", None))
+    while True:
+        try:
+            kind, payload = conn.recv()
+        except EOFError:
+            return
+        if kind == "exit":
+            return
+        try:
+            reply = ("result", runner.run(payload))
+        except MemoryError as err:
+            reply = _error_reply("memory", err)
+        except BaseException as err:  # noqa: BLE001 - anything else is a runtime error of this candidate
+            reply = _error_reply("runtime", err)
+        conn.send(reply)
+
+
+def child_main(role: str, fd: int) -> None:
+    """Entry point of a worker interpreter: read the init message, run the loop."""
+    conn = multiprocessing.connection.Connection(fd)
+    try:
+        init = conn.recv()
+    except EOFError:
+        return
+    {"builder": builder_main, "runner": runner_main}[role](conn, init)

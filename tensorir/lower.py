@@ -28,6 +28,7 @@ from .rewrite import rewrite as _rewrite, substitute as _substitute
 from .te import AxisKind, Reduce, Reducer, TensorRead, free_vars
 
 MAX_VECTOR_LANES = 64
+_TIGHT = (ForKind.UNROLLED, ForKind.VECTORIZED)  # loops where a guard blocks vector/register code
 MAX_UNROLL = 1024
 
 
@@ -80,6 +81,7 @@ class _Lowering:
         self.ranges: dict = {}      # Var -> (lo, hi) of every loop variable in scope or known
         self.bound: set = set()     # loop variables of the loops currently open
         self.no_version = 0         # > 0 while emitting the guarded (edge-tile) copy of a nest
+        self.var_kind: dict = {}    # loop Var -> ForKind, for every stage's leaf loops
         self.attached: dict = {}
         for s in graph.stages:
             if s.attach.kind == "at":
@@ -145,6 +147,7 @@ class _Lowering:
         else:
             buf, local = Buffer(s.name, s.shape, s.dtype, Scope.GLOBAL), False
         lay = _Layout(extents, lvars, rel_vals, region, buf, local, conds)
+        self.var_kind.update({lvars[n]: s.annotation(n) for n in s.leaf})
         self.busy.discard(s.name)
         self.layouts[s.name] = lay
         return lay
@@ -308,6 +311,8 @@ class _Lowering:
             return build(pending)
         checks, dropped = [], []
         for c in pending:
+            if not any(self.var_kind.get(v) in _TIGHT for v in free_vars(c[0]) - self.bound):
+                continue  # a guard on serial loops is cheap; duplicating the nest is not
             whole = _for_all_inner(simplify(c[0], self.ranges), self.bound, self.ranges)
             if whole is None:
                 continue

@@ -28,6 +28,7 @@ from tensorir.te import AxisKind
 from .schedule import Schedule
 
 MAX_LANES = 64
+MAX_UNROLLED_BODY = 64   # register-tile rows x inner reduce iterations emitted as straight-line code
 
 
 # ------------------------------------------------------------ decision sources
@@ -122,6 +123,11 @@ class GeneratedSpace:
         self.base = Schedule(self.tensors)
 
     # --------------------------------------------------------------- helpers
+    @property
+    def registers(self) -> int:
+        """Vector registers of the target (32 with AVX-512, 16 with AVX/AVX2)."""
+        return 32 if self.options.vector_bits >= 512 else 16
+
     def lanes(self, dtype: str) -> int:
         return max(1, self.options.vector_bits // (64 if dtype == "float64" else 32))
 
@@ -225,13 +231,23 @@ class GeneratedSpace:
         reduce = [f"{name}.{n}" for n in st.root if st.loops[n].kind is AxisKind.REDUCE]
         ext = {lp: s.extent(lp) for lp in spatial + reduce}
         vec_axis = spatial[-1]
-        t3 = {lp: src.choose(f"{lp}.t3", self.vector_choices(ext[lp], st.dtype) if lp == vec_axis
-                             else self.small_choices(ext[lp])) for lp in spatial}
+        # register tile: the vector axis first, then the others within the register budget
+        lanes = self.lanes(st.dtype)
+        t3 = {vec_axis: src.choose(f"{vec_axis}.t3", self.vector_choices(ext[vec_axis], st.dtype))}
+        budget = max(1, self.registers - 4) // max(1, -(-t3[vec_axis] // lanes))
+        for lp in reversed(spatial[:-1]):
+            t3[lp] = src.choose(f"{lp}.t3", [c for c in self.small_choices(ext[lp]) if c <= budget] or [1])
+            budget = max(1, budget // t3[lp])
         t2 = {lp: src.choose(f"{lp}.t2", self.level_choices(max(1, ext[lp] // t3[lp]))) for lp in spatial}
         t1 = {lp: src.choose(f"{lp}.t1", self.level_choices(max(1, ext[lp] // (t3[lp] * t2[lp]))))
               for lp in spatial}
         r1 = {lp: src.choose(f"{lp}.r1", [1, 2, 4, 8, 16] if ext[lp] >= 16 else _divisors(ext[lp], 16))
               for lp in reduce}
+        body = 1
+        for lp in spatial[:-1]:
+            body *= t3[lp]
+        for lp in reduce:
+            body *= r1[lp]
         # packing inputs whose innermost index follows the vector axis
         for tensor, dim in _packable(st, vec_axis.split(".", 1)[1]):
             tname = s.state.name_of(tensor)
@@ -244,7 +260,8 @@ class GeneratedSpace:
             if src.choose(f"{name}.cache_write", [True, False]):
                 s = s.cache_write(name)
                 outer, name = name, f"{name}_local"
-        unroll_k = src.choose(f"{name}.unroll_k", [True, False])
+        # unrolling the inner reduce loops copies the register tile: offered within a code-size budget
+        unroll_k = body <= MAX_UNROLLED_BODY and src.choose(f"{name}.unroll_k", [True, False])
         if outer is not None:
             # the outer stage's axes correspond to the anchor's spatial axes one to one
             o_axes = s.axes(outer)

@@ -380,6 +380,13 @@ class _Lowering:
         return simplify(_rewrite(e, fn), self.ranges)
 
     def _check_annotations(self, s: Stage, lay: _Layout) -> None:
+        unrolled = [n for n in s.leaf if s.annotation(n) is ForKind.UNROLLED and lay.extents[n] > 1]
+        copies = math.prod(lay.extents[n] for n in unrolled)
+        if len(unrolled) > 1 and copies > MAX_UNROLL:
+            loops = " x ".join(f"{s.name}.{n}({lay.extents[n]})" for n in unrolled)
+            raise LoweringError("unroll", f"nested unrolled loops {loops} copy the body {copies} times; expected "
+                                f"at most {MAX_UNROLL} (unroll fewer or smaller loops)", stage=s.name,
+                                loop=unrolled[-1])
         for pos, name in enumerate(s.leaf):
             kind = s.annotation(name)
             ext = lay.extents[name]

@@ -235,3 +235,10 @@ def test_schedule_is_immutable():
     assert str(s0.lower()) == text
     assert s0.loops("C") == ["C.i", "C.j", "C.k"]
     assert s1.loops("C") == ["C.i.0", "C.i.1", "C.j", "C.k"]
+
+
+def test_nested_unroll_too_large():
+    s = Schedule(matmul_wl(64, 64, 64)).split("C.k", factor=32).unroll("C.i").unroll("C.j")
+    with pytest.raises(E.LoweringError, match=r"unroll: nested unrolled loops C\.i\(64\) x C\.j\(64\) copy the body "
+                       r"4096 times; expected at most 1024"):
+        s.lower()

@@ -243,8 +243,16 @@ def build(obj, name: str | None = None) -> Kernel:
     return kernel
 
 
-def compile_func(func: PrimFunc, speed_level: int = 3) -> Kernel:
-    """Compile ``func`` without consulting the cache (see :func:`build`)."""
+def compile_func(func: PrimFunc, opt: runtime.OptConfig = runtime.DEFAULT_OPT) -> Kernel:
+    """Compile ``func`` without consulting the cache (see :func:`build`).
+
+    Parameters
+    ----------
+    func : PrimFunc
+        The function to compile.
+    opt : runtime.OptConfig
+        LLVM pipeline settings.
+    """
     t0 = time.perf_counter()
     irmod = codegen(func)
     text = str(irmod)
@@ -252,7 +260,7 @@ def compile_func(func: PrimFunc, speed_level: int = 3) -> Kernel:
         mod = llvm.parse_assembly(text)
         runtime.prepare_module(mod)
         mod.verify()
-        runtime.optimize(mod, speed_level)
+        runtime.optimize(mod, opt)
         obj = runtime.emit_object(mod)
         tracker, address = runtime.jit_link(obj, func.name, need_omp=irmod.uses_openmp)
     return Kernel(func, address, keepalive=tracker, module=mod, object_code=obj,

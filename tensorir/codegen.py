@@ -8,19 +8,29 @@ with one pointer per parameter buffer (dense, row-major).  Loop kinds map as:
 * ``PARALLEL``: the body is outlined into ``void(ptr closure)`` and run through
   ``GOMP_parallel`` with a static block partition (nested ones run serially);
 * ``VECTORIZED``: the body is emitted once with ``extent``-lane LLVM vectors
-  (:class:`VectorContext`); bodies holding non-unrolled loops fall back to a
-  serial loop.
+  (:mod:`tensorir.codegen_vector`); bodies holding non-unrolled loops (and
+  extents above ``MAX_VECTOR_LANES``) fall back to a serial loop.
+
+Pure index arithmetic is hoisted to the outermost loop header where its
+variables are bound and shared between accesses (:meth:`FunctionGen.hoisted`),
+which keeps the IR handed to LLVM small: compile time matters to the tuner.
 
 Index arithmetic is i32; buffer offsets are flattened in i64.
 """
 from __future__ import annotations
 
+import contextlib
+import itertools
+import math
+
 from llvmlite import ir
 
-from .expr import COMPARE_OPS, FLOAT_DTYPES, Binary, BinOp, Cast, Const, Select, Unary, UnOp, Var
+from .expr import (COMPARE_OPS, FLOAT_DTYPES, Binary, BinOp, Cast, Const, Select, Unary, UnOp,
+                   Var, children)
 from .ir import Allocate, Buffer, For, ForKind, IfThenElse, Load, PrimFunc, Scope, Seq, Store, walk_stmts
 
 LOCAL_STACK_LIMIT = 64 * 1024   # LOCAL buffers up to this size live on the stack
+MAX_VECTOR_LANES = 256          # wider VECTORIZED loops become serial (LLVM may still vectorize)
 ALLOC_ALIGN = 64
 
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
@@ -32,6 +42,8 @@ _ITEMSIZE = {"float32": 4, "float64": 8, "int32": 4, "bool": 1}
 FP_FLAGS = ("contract",)        # lets LLVM fuse a*b+c into an FMA, nothing else
 
 _ICMP = {BinOp.LT: "<", BinOp.LE: "<=", BinOp.GT: ">", BinOp.GE: ">=", BinOp.EQ: "==", BinOp.NE: "!="}
+_FLOAT_BINOPS = {BinOp.ADD: "fadd", BinOp.SUB: "fsub", BinOp.MUL: "fmul", BinOp.DIV: "fdiv"}
+_INT_BINOPS = {BinOp.ADD: "add", BinOp.SUB: "sub", BinOp.MUL: "mul"}
 _FLOAT_INTRINSIC = {UnOp.EXP: "exp", UnOp.LOG: "log", UnOp.SQRT: "sqrt", UnOp.TANH: "tanh"}
 
 
@@ -73,49 +85,53 @@ def codegen(func: PrimFunc) -> ir.Module:
     return gen.module
 
 
+class _Poison(ir.Constant):
+    """``poison`` of any type (llvmlite spells vector undef element by element)."""
+
+    def __init__(self, typ):
+        super().__init__(typ, None)
+
+    def _get_reference(self):
+        return "poison"
+
+
+def _splat(ty, value, lanes: int) -> ir.Constant:
+    zero = value == 0 and math.copysign(1.0, value) > 0      # not -0.0
+    return ir.Constant(ir.VectorType(ty, lanes), None if zero else [value] * lanes)
+
+
+def _is_scalar_const(v) -> bool:
+    return isinstance(v, ir.Constant) and not isinstance(v.type, ir.VectorType)
+
+
+@contextlib.contextmanager
+def scoped(mapping: dict, key, value):
+    """Bind ``mapping[key] = value`` for the duration of a ``with`` block."""
+    old = mapping.get(key)
+    mapping[key] = value
+    yield
+    if old is None:
+        del mapping[key]
+    else:
+        mapping[key] = old
+
+
+def _builder_before_terminator(block) -> ir.IRBuilder:
+    builder = ir.IRBuilder(block)
+    builder.position_before(block.terminator)
+    return builder
+
+
+def _field(builder, ptr, struct_ty, i: int):
+    return builder.gep(ptr, [ir.Constant(I32, 0), ir.Constant(I32, i)], inbounds=True,
+                       source_etype=struct_ty)
+
+
 def _ident(name: str) -> str:
     return "".join(c if c.isalnum() or c == "_" else "_" for c in name) or "arg"
 
 
 # ---------------------------------------------------------------- small IR queries
-
-class _Memo:
-    """Per-codegen memo of structural queries, keyed by node identity.
-
-    Hashing frozen dataclasses is recursive, so caching by ``id`` keeps the
-    queries linear in the IR size; the IR is alive for the whole codegen run.
-    """
-
-    def __init__(self):
-        self.cache = {}
-
-    def query(self, kind, node, compute):
-        key = (kind, id(node))
-        hit = self.cache.get(key)
-        if hit is None:
-            hit = self.cache[key] = (compute(node), node)
-        return hit[0]
-
-
-def expr_children(e) -> tuple:
-    if isinstance(e, Binary):
-        return (e.a, e.b)
-    if isinstance(e, (Unary, Cast)):
-        return (e.a,)
-    if isinstance(e, Select):
-        return (e.cond, e.t, e.f)
-    if isinstance(e, Load):
-        return e.indices
-    return ()
-
-
-def stmt_exprs(s) -> tuple:
-    if isinstance(s, Store):
-        return tuple(s.indices) + (s.value,)
-    if isinstance(s, IfThenElse):
-        return (s.cond,)
-    return ()
-
 
 def _any_expr(e, pred) -> bool:
     stack = [e]
@@ -123,7 +139,7 @@ def _any_expr(e, pred) -> bool:
         n = stack.pop()
         if pred(n):
             return True
-        stack.extend(expr_children(n))
+        stack.extend(children(n))
     return False
 
 
@@ -154,16 +170,19 @@ def free_names(stmt) -> tuple:
     """(variable names, buffers) referenced anywhere under ``stmt``."""
     names, bufs = set(), set()
     for s in walk_stmts(stmt):
+        stack = []
         if isinstance(s, Store):
             bufs.add(s.buffer)
-        stack = list(stmt_exprs(s))
+            stack = [*s.indices, s.value]
+        elif isinstance(s, IfThenElse):
+            stack = [s.cond]
         while stack:
             n = stack.pop()
             if isinstance(n, Var):
                 names.add(n.name)
             elif isinstance(n, Load):
                 bufs.add(n.buffer)
-            stack.extend(expr_children(n))
+            stack.extend(children(n))
     return names, bufs
 
 
@@ -183,30 +202,74 @@ class ModuleGen:
     def __init__(self, name: str):
         self.name = name
         self.module = ir.Module(name=_ident(name))
-        self.memo = _Memo()
-        self._decls = {}
-        self._outlined = 0
+        self._memo = {}     # (query, id(node)) -> (answer, node): linear-time IR queries
+        self._outlined = itertools.count()
+        self.linear_memo = {}   # VectorContext.linear results, shared by all vector loops
+        self._canon = {}
+        self._consts = {}
 
     def declare(self, name: str, ret, args) -> ir.Function:
-        fn = self._decls.get(name)
-        if fn is None:
-            fn = self.module.globals.get(name)
-            if fn is None:
-                fn = ir.Function(self.module, ir.FunctionType(ret, list(args)), name)
-            self._decls[name] = fn
+        """The external function (or intrinsic) ``name``, declared on first use."""
+        fn = self.module.globals.get(name)
+        return fn if fn is not None else ir.Function(self.module, ir.FunctionType(ret, list(args)), name)
+
+    def internal_function(self, name: str, argtypes, *attrs) -> ir.Function:
+        fn = ir.Function(self.module, ir.FunctionType(VOID, list(argtypes)), name)
+        fn.linkage = "internal"
+        for a in ("nounwind",) + attrs:
+            fn.attributes.add(a)
         return fn
 
     def outlined_name(self) -> str:
-        self._outlined += 1
-        return f"{self.name}.par{self._outlined - 1}"
+        return f"{self.name}.par{next(self._outlined)}"
 
-    # memoized IR queries
+    def _query(self, kind, node, pred) -> bool:
+        # Keyed by identity (hashing frozen dataclasses recurses); the node is
+        # kept alive in the entry so its id cannot be reused.
+        hit = self._memo.get((kind, id(node)))
+        if hit is None:
+            hit = self._memo[(kind, id(node))] = (_any_expr(node, pred), node)
+        return hit[0]
+
+    def canon(self, e) -> int:
+        """Identity of a structurally equal representative (for value-cache keys)."""
+        hit = self._memo.get(("canon", id(e)))
+        if hit is None:
+            hit = self._memo[("canon", id(e))] = (id(self._canon.setdefault(e, e)), e)
+        return hit[0]
+
+    def i32(self, k: int) -> ir.Constant:
+        """Interned i32 constant, so values computed from it share cache keys."""
+        c = self._consts.get(k)
+        if c is None:
+            c = self._consts[k] = ir.Constant(I32, k)
+        return c
+
+    def ramp(self, lanes: int) -> ir.Constant:
+        """The interned vector ``<0, 1, ..., lanes-1>``."""
+        c = self._consts.get(("ramp", lanes))
+        if c is None:
+            c = self._consts[("ramp", lanes)] = ir.Constant(ir.VectorType(I32, lanes), list(range(lanes)))
+        return c
+
+    def free_vars(self, e) -> tuple:
+        hit = self._memo.get(("vars", id(e)))
+        if hit is None:
+            names, stack = set(), [e]
+            while stack:
+                n = stack.pop()
+                if isinstance(n, Var):
+                    names.add(n.name)
+                stack.extend(children(n))
+            hit = self._memo[("vars", id(e))] = (tuple(sorted(names)), e)
+        return hit[0]
+
     def unsafe(self, e) -> bool:
-        return self.memo.query("unsafe", e, lambda n: _any_expr(n, _unsafe_node))
+        """Whether evaluating ``e`` speculatively could fault."""
+        return self._query("unsafe", e, _unsafe_node)
 
     def uses_var(self, e, name: str) -> bool:
-        return self.memo.query(("uses", name), e, lambda n: _any_expr(
-            n, lambda x: isinstance(x, Var) and x.name == name))
+        return self._query(("uses", name), e, lambda x: isinstance(x, Var) and x.name == name)
 
 
 def type_suffix(ty) -> str:
@@ -226,21 +289,29 @@ class FunctionGen:
     ``vars`` maps loop-variable names to i32 values (constants when unrolled);
     ``bufs`` maps buffers to their base pointers.  When ``vec`` is set (inside a
     VECTORIZED loop), expressions may evaluate to vectors and memory accesses go
-    through :class:`VectorContext`.
+    through :class:`tensorir.codegen_vector.VectorContext`.
     """
 
     def __init__(self, mod: ModuleGen, fn: ir.Function, in_parallel: bool):
         self.mod = mod
         self.fn = fn
         self.in_parallel = in_parallel
-        self.entry = fn.append_basic_block("entry")
+        self.entry = fn.append_basic_block("entry")          # allocas only
+        prologue = fn.append_basic_block("prologue")         # hoisted loop-invariant math
         body = fn.append_basic_block("body")
-        ir.IRBuilder(self.entry).branch(body)
+        ir.IRBuilder(self.entry).branch(prologue)
+        ir.IRBuilder(prologue).branch(body)
         self.b = ir.IRBuilder(body)
         self.vars: dict = {}
         self.bufs: dict = {}
         self.vec = None
         self.num_threads = None
+        # Pure (load-free) index math is hoisted and shared: each loop keeps an
+        # anchor in its header, and a value is emitted once, at the anchor of
+        # the innermost loop binding one of its variables.  (entry anchor, cache)
+        self.anchors: list = [(_builder_before_terminator(prologue), {})]
+        self.depth: dict = {}     # variable name -> index of its anchor (0 for constants)
+        self.stack_slots: dict = {}   # id -> entry-block alloca (defined before any anchor)
 
     def emit_body(self, stmt) -> None:
         self.stmt(stmt)
@@ -256,21 +327,29 @@ class FunctionGen:
         slot = eb.alloca(ty)
         slot.align = align
         slot.type = PTR          # keep llvmlite's typed-pointer layer out of the IR
+        self.stack_slots[id(slot)] = slot
         return slot
+
+    def hoisted(self, key, names, compute, keep):
+        """``compute()`` emitted once per binding of ``names``, as early as they allow.
+
+        ``key`` holds ids only (hashing IR nodes is recursive); ``keep`` pins
+        the objects behind those ids while the cache entry lives.
+        """
+        bound = tuple(self.vars.get(n) for n in names)
+        anchor, cache = self.anchors[max((self.depth.get(n, 0) for n in names), default=0)]
+        full_key = (key, tuple(map(id, bound)))
+        hit = cache.get(full_key)
+        if hit is None:
+            saved, self.b = self.b, anchor
+            try:
+                hit = cache[full_key] = (compute(), bound, keep)
+            finally:
+                self.b = saved
+        return hit[0]
 
     def call_intrinsic(self, name: str, ret, args):
         return self.b.call(self.mod.declare(name, ret, [a.type for a in args]), args)
-
-    def bind(self, name: str, value):
-        old = self.vars.get(name)
-        self.vars[name] = value
-        return old
-
-    def unbind(self, name: str, old) -> None:
-        if old is None:
-            self.vars.pop(name, None)
-        else:
-            self.vars[name] = old
 
     # -------------------------------------------------------- statements
     def stmt(self, s) -> None:
@@ -303,11 +382,12 @@ class FunctionGen:
             return
         if s.extent == 1 or s.kind is ForKind.UNROLLED:
             for k in range(s.extent):
-                old = self.bind(s.var.name, ir.Constant(I32, k))
-                self.stmt(s.body)
-                self.unbind(s.var.name, old)
+                with scoped(self.vars, s.var.name, self.mod.i32(k)):
+                    self.stmt(s.body)
             return
-        if s.kind is ForKind.VECTORIZED and self.vec is None and _vectorizable(s.body):
+        if s.kind is ForKind.VECTORIZED and self.vec is None and s.extent <= MAX_VECTOR_LANES \
+                and _vectorizable(s.body):
+            from .codegen_vector import VectorContext   # (it imports this module)
             VectorContext(self, s).emit()
             return
         if s.kind is ForKind.PARALLEL and not self.in_parallel and self.vec is None:
@@ -327,9 +407,13 @@ class FunctionGen:
         self.b.position_at_end(head)
         iv = self.b.phi(I32, name=name)
         iv.add_incoming(start, pre)
-        old = self.bind(name, iv)
-        self.stmt(body)
-        self.unbind(name, old)
+        first = self.block(f"{name}.body")
+        self.b.branch(first)
+        self.anchors.append((_builder_before_terminator(head), {}))
+        self.b.position_at_end(first)
+        with scoped(self.vars, name, iv), scoped(self.depth, name, len(self.anchors) - 1):
+            self.stmt(body)
+        self.anchors.pop()
         nxt = self.b.add(iv, ir.Constant(I32, 1), flags=("nuw", "nsw"))
         iv.add_incoming(nxt, self.b.block)
         self.b.cbranch(self.b.icmp_signed("<", nxt, end), head, exit_)
@@ -369,90 +453,60 @@ class FunctionGen:
             ptr = self.b.call(alloc, [ir.Constant(I64, ALLOC_ALIGN), ir.Constant(I64, size)])
         else:
             ptr = self.entry_alloca(ir.ArrayType(LLTYPE[buf.dtype], max(buf.size, 1)), ALLOC_ALIGN)
-        old = self.bufs.get(buf)
-        self.bufs[buf] = ptr
-        self.stmt(s.body)
-        if old is None:
-            del self.bufs[buf]
-        else:
-            self.bufs[buf] = old
+        with scoped(self.bufs, buf, ptr):
+            self.stmt(s.body)
         if heap:
             self.b.call(self.mod.declare("free", VOID, [PTR]), [ptr])
 
     # -------------------------------------------------------- parallel loops
     def parallel(self, s: For) -> None:
-        """Outline ``s`` and run it on libgomp's thread team."""
-        names, used_bufs = free_names(s.body)
-        names.discard(s.var.name)
-        cap_bufs = [b for b in self.bufs if b in used_bufs]
-        cap_vars, const_vars = [], {}
-        for n in sorted(names & self.vars.keys()):   # the rest are bound inside the body
-            v = self.vars[n]
-            if isinstance(v, ir.Constant):
-                const_vars[n] = v
-            else:
-                cap_vars.append(n)
+        """Outline ``s`` into a worker function and run it on libgomp's thread team."""
+        names, used = free_names(s.body)
+        bufs = [b for b in self.bufs if b in used]
+        bound = {n: self.vars[n] for n in sorted(names & self.vars.keys()) if n != s.var.name}
+        consts = {n: v for n, v in bound.items() if isinstance(v, ir.Constant)}
+        var_names = [n for n in bound if n not in consts]
+        types = [PTR] * len(bufs) + [I32] * len(var_names)
+        values = [self.bufs[b] for b in bufs] + [bound[n] for n in var_names]
 
-        # Trampoline unpacks the closure and calls the worker, whose noalias
-        # pointer arguments keep the aliasing facts of the kernel's params.
-        tname = self.mod.outlined_name()
-        worker_ty = ir.FunctionType(VOID, [PTR] * len(cap_bufs) + [I32] * len(cap_vars))
-        worker = ir.Function(self.mod.module, worker_ty, tname + ".worker")
-        worker.linkage = "internal"
-        worker.attributes.add("nounwind")
+        # The worker's noalias pointer arguments keep the params' aliasing facts;
+        # noinline because inlining it into the trampoline only costs compile time.
+        name = self.mod.outlined_name()
+        worker = self.mod.internal_function(name + ".worker", types, "noinline")
         wg = FunctionGen(self.mod, worker, in_parallel=True)
-        for arg, buf in zip(worker.args, cap_bufs):
+        for arg, b in zip(worker.args, bufs):
             arg.add_attribute("noalias")
-            wg.bufs[buf] = arg
-        for arg, n in zip(worker.args[len(cap_bufs):], cap_vars):
-            wg.vars[n] = arg
-        wg.vars.update(const_vars)
+            wg.bufs[b] = arg
+        wg.vars.update(zip(var_names, worker.args[len(bufs):]))
+        wg.vars.update(consts)
         wg.emit_partitioned(s)
 
-        closure_ty = ir.LiteralStructType([PTR] * len(cap_bufs) + [I32] * len(cap_vars))
-        tramp = ir.Function(self.mod.module, ir.FunctionType(VOID, [PTR]), tname)
-        tramp.linkage = "internal"
-        tramp.attributes.add("nounwind")
+        # GOMP_parallel runs void(ptr data) on every thread: unpack the closure.
+        closure_ty = ir.LiteralStructType(types)
+        tramp = self.mod.internal_function(name, [PTR])
         tb = ir.IRBuilder(tramp.append_basic_block("entry"))
-        args = []
-        for i, ty in enumerate(closure_ty.elements):
-            field = tb.gep(tramp.args[0], [ir.Constant(I32, 0), ir.Constant(I32, i)],
-                           inbounds=True, source_etype=closure_ty)
-            args.append(tb.load(field, typ=ty))
-        tb.call(worker, args)
+        tb.call(worker, [tb.load(_field(tb, tramp.args[0], closure_ty, i), typ=t)
+                         for i, t in enumerate(types)])
         tb.ret_void()
-
         closure = self.entry_alloca(closure_ty, 8)
-        values = [self.bufs[b] for b in cap_bufs] + [self.vars[n] for n in cap_vars]
         for i, v in enumerate(values):
-            field = self.b.gep(closure, [ir.Constant(I32, 0), ir.Constant(I32, i)],
-                               inbounds=True, source_etype=closure_ty)
-            self.b.store(v, field)
-        # One thread: skip the runtime entirely (omp_get_* then report 0 of 1).
-        one = self.b.icmp_signed("==", self.num_threads, ir.Constant(I32, 1))
-        direct, team, done = self.block("par.direct"), self.block("par.team"), self.block("par.done")
-        self.b.cbranch(one, direct, team)
-        self.b.position_at_end(direct)
-        self.b.call(tramp, [closure])
-        self.b.branch(done)
-        self.b.position_at_end(team)
+            self.b.store(v, _field(self.b, closure, closure_ty, i))
         gomp = self.mod.declare("GOMP_parallel", VOID, [PTR, PTR, I32, I32])
-        nthreads = self.b.select(self.b.icmp_signed(">", self.num_threads, ir.Constant(I32, 0)),
-                                 self.num_threads, ir.Constant(I32, 0))
+        positive = self.b.icmp_signed(">", self.num_threads, ir.Constant(I32, 0))
+        nthreads = self.b.select(positive, self.num_threads, ir.Constant(I32, 0))   # 0: default
         self.b.call(gomp, [tramp, closure, nthreads, ir.Constant(I32, 0)])
-        self.b.branch(done)
-        self.b.position_at_end(done)
 
     def emit_partitioned(self, s: For) -> None:
         """Worker body: this thread's static block of ``range(s.extent)``."""
         b = self.b
         tid = b.call(self.mod.declare("omp_get_thread_num", I32, []), [])
         nt = b.call(self.mod.declare("omp_get_num_threads", I32, []), [])
+        # Balanced blocks: the first extent % nt threads take one extra iteration.
         extent = ir.Constant(I32, s.extent)
-        chunk = b.sdiv(b.add(extent, b.sub(nt, ir.Constant(I32, 1))), nt)
-        start = b.mul(tid, chunk)
-        end = b.add(start, chunk)
-        end = b.select(b.icmp_signed("<", end, extent), end, extent)
+        q, r = b.udiv(extent, nt), b.urem(extent, nt)
+        extra = b.icmp_unsigned("<", tid, r)
+        start = b.add(b.mul(tid, q), b.select(extra, tid, r))
+        end = b.add(b.add(start, q), b.zext(extra, I32))
         self.serial_loop(s.var.name, start, end, s.body)
         b.ret_void()
 
@@ -462,20 +516,37 @@ class FunctionGen:
         if len(indices) != len(buf.shape):
             raise CodegenError(f"buffer {buf.name!r} has {len(buf.shape)} dimensions, "
                                f"indexed with {len(indices)}")
-        total = None
-        for idx, stride in zip(indices, strides(buf)):
-            term = self.widen(self.expr(idx))
-            if stride != 1:
-                term = self.b.mul(term, self.const_like(term, stride, I64), flags=("nsw",))
-            total = term if total is None else self.add_mixed(total, term)
-        return total if total is not None else ir.Constant(I64, 0)
+        if any(self.mod.unsafe(i) for i in indices):
+            return self._offset(buf, indices, hoist=False)
+        names = sorted({n for i in indices for n in self.mod.free_vars(i)})
+        key = ("offset", buf.shape, tuple(self.mod.canon(i) for i in indices))
+        return self.hoisted(key, names, lambda: self._offset(buf, indices, hoist=True), indices)
 
-    def widen(self, v):
-        """Sign-extend an i32 (vector) index to i64."""
-        if isinstance(v, ir.Constant) and not isinstance(v.type, ir.VectorType):
-            return ir.Constant(I64, v.constant)
-        ty = ir.VectorType(I64, v.type.count) if isinstance(v.type, ir.VectorType) else I64
-        return self.b.sext(v, ty)
+    def _offset(self, buf: Buffer, indices, hoist: bool):
+        total, folded = None, 0
+        for idx, stride in zip(indices, strides(buf)):
+            v = self.expr(idx)
+            if _is_scalar_const(v):
+                folded += v.constant * stride
+                continue
+            if hoist:   # share sext(i) * stride between accesses
+                term = self.hoisted(("term", self.mod.canon(idx), stride), self.mod.free_vars(idx),
+                                    lambda v=v, stride=stride: self.scaled(v, stride), idx)
+            else:
+                term = self.scaled(v, stride)
+            total = term if total is None else self.add_mixed(total, term)
+        if total is None:
+            return ir.Constant(I64, folded)
+        if folded:
+            total = self.add_mixed(total, ir.Constant(I64, folded))
+        return total
+
+    def scaled(self, v, stride: int):
+        """``sext(v) * stride`` in i64 (v an i32 index, maybe a vector)."""
+        term = self.b.sext(v, ir.VectorType(I64, v.type.count) if isinstance(v.type, ir.VectorType) else I64)
+        if stride != 1:
+            term = self.b.mul(term, self.const_like(term, stride, I64), flags=("nsw",))
+        return term
 
     def add_mixed(self, a, b):
         a, b = self.unify(a, b)
@@ -489,22 +560,33 @@ class FunctionGen:
         return ptr
 
     def address(self, buf: Buffer, indices):
-        return self.b.gep(self.base_pointer(buf), [self.offset(buf, indices)], inbounds=True,
-                          source_etype=LLTYPE[buf.dtype])
+        # Under a lane mask the first lane's address may lie outside the buffer
+        # (padding reads A[-1] in a masked-off lane): no inbounds there.
+        inbounds = self.vec is None or self.vec.mask is None
+        base, off = self.base_pointer(buf), self.offset(buf, indices)
+
+        def gep():
+            return self.b.gep(base, [off], inbounds=inbounds, source_etype=LLTYPE[buf.dtype])
+        if not (isinstance(base, ir.Argument) or id(base) in self.stack_slots) \
+                or any(self.mod.unsafe(i) for i in indices):
+            return gep()      # a heap pointer is defined mid-function: no hoisting
+        names = sorted({n for i in indices for n in self.mod.free_vars(i)})
+        key = ("gep", id(base), inbounds, buf.shape, tuple(self.mod.canon(i) for i in indices))
+        return self.hoisted(key, names, gep, (base, indices))
 
     # -------------------------------------------------------- vector plumbing
     def const_like(self, like, value, scalar_ty):
         if isinstance(like.type, ir.VectorType):
-            return ir.Constant(ir.VectorType(scalar_ty, like.type.count), [value] * like.type.count)
+            return _splat(scalar_ty, value, like.type.count)
         return ir.Constant(scalar_ty, value)
 
     def broadcast(self, v, lanes: int):
         if isinstance(v, ir.Constant):
-            return ir.Constant(ir.VectorType(v.type, lanes), [v.constant] * lanes)
+            return _splat(v.type, v.constant, lanes)
         vty = ir.VectorType(v.type, lanes)
-        one = self.b.insert_element(ir.Constant(vty, ir.Undefined), v, ir.Constant(I32, 0))
-        return self.b.shuffle_vector(one, ir.Constant(vty, ir.Undefined),
-                                     ir.Constant(ir.VectorType(I32, lanes), None))
+        poison = _Poison(vty)
+        one = self.b.insert_element(poison, v, ir.Constant(I32, 0))
+        return self.b.shuffle_vector(one, poison, ir.Constant(ir.VectorType(I32, lanes), None))
 
     def unify(self, a, b):
         """Broadcast whichever of ``a``/``b`` is scalar when the other is a vector."""
@@ -529,62 +611,61 @@ class FunctionGen:
                 return self.vec.load(e)
             return self.b.load(self.address(e.buffer, e.indices), typ=LLTYPE[e.dtype],
                                align=_ITEMSIZE[e.dtype])
+        if not isinstance(e, (Binary, Unary, Cast, Select)):
+            raise CodegenError(f"cannot generate code for expression {e!r}")
+        if self.mod.unsafe(e):
+            return self.compound(e)
+        return self.hoisted(self.mod.canon(e), self.mod.free_vars(e), lambda: self.compound(e), e)
+
+    def compound(self, e):
         if isinstance(e, Binary):
             return self.binary(e)
         if isinstance(e, Unary):
             return self.unary(e.op, self.expr(e.a), e.a.dtype)
         if isinstance(e, Cast):
             return self.cast(self.expr(e.a), e.a.dtype, e.to)
-        if isinstance(e, Select):
-            return self.select(e.cond, e.t, e.f)
-        raise CodegenError(f"cannot generate code for expression {e!r}")
+        return self.select(e.cond, e.t, e.f)
 
     def binary(self, e: Binary):
         op = e.op
+        if op is BinOp.ADD and e.a.dtype in FLOAT_DTYPES:
+            for prod, acc in ((e.b, e.a), (e.a, e.b)):
+                if isinstance(prod, Binary) and prod.op is BinOp.MUL:
+                    return self.fmuladd(prod, acc)
         if op in (BinOp.AND, BinOp.OR) and self.mod.unsafe(e.b):
             # Short-circuit so a guard like `i < n and A[i] > 0` never reads A[n].
             false, true = Const(False, "bool"), Const(True, "bool")
             return self.select(e.a, e.b, false) if op is BinOp.AND else self.select(e.a, true, e.b)
         a, b = self.unify(self.expr(e.a), self.expr(e.b))
-        dtype = e.a.dtype
-        bld = self.b
+        bld, is_float = self.b, e.a.dtype in FLOAT_DTYPES
         if op in COMPARE_OPS:
-            if dtype in FLOAT_DTYPES:
-                if op is BinOp.NE:
-                    return bld.fcmp_unordered("!=", a, b)
-                return bld.fcmp_ordered(_ICMP[op], a, b)
-            return bld.icmp_signed(_ICMP[op], a, b)
-        if op is BinOp.AND:
-            return bld.and_(a, b)
-        if op is BinOp.OR:
-            return bld.or_(a, b)
-        if dtype in FLOAT_DTYPES:
-            if op is BinOp.ADD:
-                return bld.fadd(a, b, flags=FP_FLAGS)
-            if op is BinOp.SUB:
-                return bld.fsub(a, b, flags=FP_FLAGS)
-            if op is BinOp.MUL:
-                return bld.fmul(a, b, flags=FP_FLAGS)
-            if op is BinOp.DIV:
-                return bld.fdiv(a, b)
-            if op is BinOp.MIN:
-                return bld.select(bld.fcmp_ordered("<", a, b), a, b)
-            if op is BinOp.MAX:
-                return bld.select(bld.fcmp_ordered(">", a, b), a, b)
-        else:
-            if op is BinOp.ADD:
-                return bld.add(a, b, flags=("nsw",))
-            if op is BinOp.SUB:
-                return bld.sub(a, b, flags=("nsw",))
-            if op is BinOp.MUL:
-                return bld.mul(a, b, flags=("nsw",))
-            if op is BinOp.MIN:
-                return bld.select(bld.icmp_signed("<", a, b), a, b)
-            if op is BinOp.MAX:
-                return bld.select(bld.icmp_signed(">", a, b), a, b)
-            if op in (BinOp.FLOORDIV, BinOp.MOD):
-                return self.floor_divmod(op, a, b, e)
-        raise CodegenError(f"operator {op.value!r} is not defined for {dtype}")
+            if not is_float:
+                return bld.icmp_signed(_ICMP[op], a, b)
+            if op is BinOp.NE:
+                return bld.fcmp_unordered("!=", a, b)
+            return bld.fcmp_ordered(_ICMP[op], a, b)
+        if op in (BinOp.MIN, BinOp.MAX):     # compare+select: minps/maxps, pminsd/pmaxsd
+            compare = bld.fcmp_ordered if is_float else bld.icmp_signed
+            return bld.select(compare("<" if op is BinOp.MIN else ">", a, b), a, b)
+        if op in (BinOp.AND, BinOp.OR):
+            return bld.and_(a, b) if op is BinOp.AND else bld.or_(a, b)
+        if is_float and op in _FLOAT_BINOPS:
+            return getattr(bld, _FLOAT_BINOPS[op])(a, b, flags=() if op is BinOp.DIV else FP_FLAGS)
+        if not is_float and op in _INT_BINOPS:
+            folded = _fold_int(op, a, b)
+            return folded if folded is not None else getattr(bld, _INT_BINOPS[op])(a, b, flags=("nsw",))
+        if not is_float and op in (BinOp.FLOORDIV, BinOp.MOD):
+            return self.floor_divmod(op, a, b, e)
+        raise CodegenError(f"operator {op.value!r} is not defined for {e.a.dtype}")
+
+    def fmuladd(self, prod: Binary, acc):
+        """``a*b + acc`` as llvm.fmuladd: one instruction, an FMA where the target has one."""
+        a, b, c = self.expr(prod.a), self.expr(prod.b), self.expr(acc)
+        lanes = max((v.type.count for v in (a, b, c) if isinstance(v.type, ir.VectorType)), default=0)
+        if lanes:
+            a, b, c = (v if isinstance(v.type, ir.VectorType) else self.broadcast(v, lanes)
+                       for v in (a, b, c))
+        return self.call_intrinsic(f"llvm.fmuladd.{type_suffix(a.type)}", a.type, [a, b, c])
 
     def floor_divmod(self, op, a, b, e: Binary):
         """Python-style floor division / modulo on i32 (vectors too)."""
@@ -675,205 +756,25 @@ class FunctionGen:
         return phi
 
 
+def _fold_int(op, a, b):
+    """Fold i32 +, -, * when the result is known (keeps unrolled code small)."""
+    ca = a.constant if _is_scalar_const(a) else None
+    cb = b.constant if _is_scalar_const(b) else None
+    if ca is not None and cb is not None and op in (BinOp.ADD, BinOp.SUB, BinOp.MUL):
+        r = {BinOp.ADD: ca + cb, BinOp.SUB: ca - cb, BinOp.MUL: ca * cb}[op]
+        if -2 ** 31 <= r < 2 ** 31:
+            return ir.Constant(I32, r)
+        return None
+    if (op is BinOp.ADD and ca == 0) or (op is BinOp.MUL and ca == 1):
+        return b
+    if (op in (BinOp.ADD, BinOp.SUB) and cb == 0) or (op is BinOp.MUL and cb == 1):
+        return a
+    if op is BinOp.MUL and (ca == 0 or cb == 0):
+        return ir.Constant(I32, 0) if not isinstance(a.type, ir.VectorType) else None
+    return None
+
+
 def _vectorizable(body) -> bool:
     """A vector body may hold only unrolled (or trivial) loops."""
     return all(not isinstance(s, For) or s.kind is ForKind.UNROLLED or s.extent <= 1
                for s in walk_stmts(body))
-
-
-# ---------------------------------------------------------------- vector loops
-
-def _add(a, b):
-    if a is None or b is None:
-        return b if a is None else a
-    return Binary(BinOp.ADD, a, b)
-
-
-def _sub(a, b):
-    if b is None:
-        return a
-    return Binary(BinOp.SUB, Const(0, "int32") if a is None else a, b)
-
-
-class VectorContext:
-    """Emits the body of a VECTORIZED loop once, with ``extent`` lanes.
-
-    The loop variable is bound to the constant vector ``<0, 1, ..., n-1>``, so
-    every expression that depends on it evaluates to a vector and everything
-    else stays scalar (broadcast where the two meet).  Memory accesses are
-    classified by the coefficient of the loop variable in the flattened offset:
-    0 -> scalar access, 1 -> contiguous vector access, otherwise gather/scatter.
-    Lane-dependent conditions become the lane ``mask`` applied to every memory
-    access beneath them.
-    """
-
-    def __init__(self, fg: FunctionGen, loop: For):
-        self.fg = fg
-        self.var = loop.var.name
-        self.lanes = loop.extent
-        self.body = loop.body
-        self.mask = None
-
-    def emit(self) -> None:
-        fg = self.fg
-        ramp = ir.Constant(ir.VectorType(I32, self.lanes), list(range(self.lanes)))
-        old = fg.bind(self.var, ramp)
-        fg.vec = self
-        try:
-            fg.stmt(self.body)
-        finally:
-            fg.vec = None
-            fg.unbind(self.var, old)
-
-    # -------------------------------------------------------- access analysis
-    def linear(self, e):
-        """``(c, rest)`` with ``e == c*var + rest`` and ``rest`` free of var (None = 0).
-
-        Returns None when ``e`` is not linear in the loop variable with a
-        constant coefficient; other sub-terms are treated as opaque.
-        """
-        if not self.fg.mod.uses_var(e, self.var):
-            return 0, e
-        if isinstance(e, Var):
-            return 1, None
-        if isinstance(e, Binary) and e.op in (BinOp.ADD, BinOp.SUB):
-            la, lb = self.linear(e.a), self.linear(e.b)
-            if la is None or lb is None:
-                return None
-            if e.op is BinOp.ADD:
-                return la[0] + lb[0], _add(la[1], lb[1])
-            return la[0] - lb[0], _sub(la[1], lb[1])
-        if isinstance(e, Binary) and e.op is BinOp.MUL:
-            for x, y in ((e.a, e.b), (e.b, e.a)):
-                if isinstance(y, Const):
-                    lx = self.linear(x)
-                    if lx is None:
-                        return None
-                    rest = None if lx[1] is None else Binary(BinOp.MUL, lx[1], y)
-                    return lx[0] * y.value, rest
-        return None
-
-    def access(self, buf: Buffer, indices):
-        """Classify ``buf[indices]``: ("scalar", ptr), ("contig", ptr) or ("gather", ptrs)."""
-        fg = self.fg
-        elt = LLTYPE[buf.dtype]
-        parts = [self.linear(i) for i in indices]
-        if all(p is not None for p in parts) and len(indices) == len(buf.shape):
-            coef = sum(p[0] * st for p, st in zip(parts, strides(buf)))
-            rests = [Const(0, "int32") if p[1] is None else p[1] for p in parts]
-            ptr = fg.address(buf, rests)
-            if coef == 0:
-                return "scalar", ptr
-            if coef == 1:
-                return "contig", ptr
-            steps = ir.Constant(ir.VectorType(I64, self.lanes), [coef * k for k in range(self.lanes)])
-            return "gather", self.vector_gep(ptr, steps, elt)
-        off = fg.offset(buf, indices)
-        if not isinstance(off.type, ir.VectorType):
-            return "scalar", fg.b.gep(fg.base_pointer(buf), [off], inbounds=True, source_etype=elt)
-        return "gather", self.vector_gep(fg.base_pointer(buf), off, elt)
-
-    def vector_gep(self, base, offsets, elt):
-        g = self.fg.b.gep(base, [offsets], inbounds=True, source_etype=elt)
-        g.type = ir.VectorType(PTR, self.lanes)   # llvmlite types it as a scalar ptr
-        return g
-
-    # -------------------------------------------------------- masks
-    def all_true(self):
-        return ir.Constant(ir.VectorType(I1, self.lanes), [1] * self.lanes)
-
-    def and_mask(self, cond):
-        return cond if self.mask is None else self.fg.b.and_(self.mask, cond)
-
-    def if_any_lane(self, emit):
-        """Run ``emit()`` only when some lane of the current mask is active."""
-        fg = self.fg
-        any_on = fg.call_intrinsic(f"llvm.vector.reduce.or.v{self.lanes}i1", I1, [self.mask])
-        pre, body, merge = fg.b.block, fg.block("anylane"), fg.block("anylane.end")
-        fg.b.cbranch(any_on, body, merge)
-        fg.b.position_at_end(body)
-        value = emit()
-        body_end = fg.b.block
-        fg.b.branch(merge)
-        fg.b.position_at_end(merge)
-        if value is None:
-            return None
-        phi = fg.b.phi(value.type)
-        phi.add_incoming(value, body_end)
-        phi.add_incoming(ir.Constant(value.type, None), pre)
-        return phi
-
-    def masked_if(self, cond, s: IfThenElse) -> None:
-        fg, old = self.fg, self.mask
-        self.mask = self.and_mask(cond)
-        fg.stmt(s.then)
-        if s.otherwise is not None:
-            self.mask = old
-            self.mask = self.and_mask(fg.b.not_(cond))
-            fg.stmt(s.otherwise)
-        self.mask = old
-
-    def masked_select(self, cond, t_e, f_e, lazy_t: bool, lazy_f: bool):
-        fg, old = self.fg, self.mask
-        if lazy_t:
-            self.mask = self.and_mask(cond)
-        t = fg.expr(t_e)
-        self.mask = old
-        if lazy_f:
-            self.mask = self.and_mask(fg.b.not_(cond))
-        f = fg.expr(f_e)
-        self.mask = old
-        t, f = fg.unify(t, f)
-        if not isinstance(t.type, ir.VectorType):
-            t, f = fg.broadcast(t, self.lanes), fg.broadcast(f, self.lanes)
-        return fg.b.select(cond, t, f)
-
-    # -------------------------------------------------------- memory
-    def load(self, e: Load):
-        fg = self.fg
-        elt, align = LLTYPE[e.dtype], _ITEMSIZE[e.dtype]
-        vty = ir.VectorType(elt, self.lanes)
-        kind, ptr = self.access(e.buffer, e.indices)
-        if kind == "scalar":
-            if self.mask is None:
-                return fg.b.load(ptr, typ=elt, align=align)
-            return self.if_any_lane(lambda: fg.b.load(ptr, typ=elt, align=align))
-        zero, align_c = ir.Constant(vty, None), ir.Constant(I32, align)
-        if kind == "contig":
-            if self.mask is None:
-                return fg.b.load(ptr, typ=vty, align=align)
-            return fg.call_intrinsic(f"llvm.masked.load.{type_suffix(vty)}.p0", vty,
-                                     [ptr, align_c, self.mask, zero])
-        mask = self.all_true() if self.mask is None else self.mask
-        return fg.call_intrinsic(f"llvm.masked.gather.{type_suffix(vty)}.v{self.lanes}p0", vty,
-                                 [ptr, align_c, mask, zero])
-
-    def store(self, s: Store) -> None:
-        fg = self.fg
-        elt, align = LLTYPE[s.buffer.dtype], _ITEMSIZE[s.buffer.dtype]
-        value = fg.expr(s.value)
-        kind, ptr = self.access(s.buffer, s.indices)
-        align_c = ir.Constant(I32, align)
-        if kind == "scalar" and not isinstance(value.type, ir.VectorType):
-            if self.mask is None:
-                fg.b.store(value, ptr, align=align)
-            else:
-                self.if_any_lane(lambda: fg.b.store(value, ptr, align=align) and None)
-            return
-        if not isinstance(value.type, ir.VectorType):
-            value = fg.broadcast(value, self.lanes)
-        vty = value.type
-        if kind == "contig":
-            if self.mask is None:
-                fg.b.store(value, ptr, align=align)
-            else:
-                fg.call_intrinsic(f"llvm.masked.store.{type_suffix(vty)}.p0", VOID,
-                                  [value, ptr, align_c, self.mask])
-            return
-        if kind == "scalar":
-            # A vector stored to one address: scatter's lane order makes the
-            # last active lane win, as in the sequential loop.
-            ptr = fg.broadcast(ptr, self.lanes)
-        mask = self.all_true() if self.mask is None else self.mask
-        fg.call_intrinsic(f"llvm.masked.scatter.{type_suffix(vty)}.v{self.lanes}p0", VOID,
-                          [value, ptr, align_c, mask])

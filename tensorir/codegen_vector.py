@@ -1,0 +1,212 @@
+"""Explicit SIMD code for VECTORIZED loops (part of :mod:`tensorir.codegen`).
+
+The body of a vectorized loop is emitted once with ``extent``-lane LLVM vectors;
+LLVM legalizes widths larger than the hardware's.  Lane-dependent values are
+vectors, the rest stay scalar and are broadcast where the two meet.
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+
+from .codegen import (_ITEMSIZE, I1, I32, I64, LLTYPE, PTR, VOID, FunctionGen, scoped, strides,
+                      type_suffix)
+from .expr import Binary, BinOp, Const, Var
+from .ir import Buffer, For, IfThenElse, Load, Store
+
+
+def _add(a, b):
+    if a is None or b is None:
+        return b if a is None else a
+    return Binary(BinOp.ADD, a, b)
+
+
+def _sub(a, b):
+    if b is None:
+        return a
+    return Binary(BinOp.SUB, Const(0, "int32") if a is None else a, b)
+
+
+class VectorContext:
+    """Emits the body of a VECTORIZED loop once, with ``extent`` lanes.
+
+    The loop variable is bound to the constant vector ``<0, 1, ..., n-1>``, so
+    every expression that depends on it evaluates to a vector and everything
+    else stays scalar (broadcast where the two meet).  Memory accesses are
+    classified by the coefficient of the loop variable in the flattened offset:
+    0 -> scalar access, 1 -> contiguous vector access, otherwise gather/scatter.
+    Lane-dependent conditions become the lane ``mask`` applied to every memory
+    access beneath them.
+    """
+
+    def __init__(self, fg: FunctionGen, loop: For):
+        self.fg = fg
+        self.var = loop.var.name
+        self.lanes = loop.extent
+        self.body = loop.body
+        self.mask = None
+
+    def emit(self) -> None:
+        fg = self.fg
+        ramp = fg.mod.ramp(self.lanes)
+        fg.vec = self
+        with scoped(fg.vars, self.var, ramp):
+            fg.stmt(self.body)
+        fg.vec = None
+
+    # -------------------------------------------------------- access analysis
+    def linear(self, e):
+        """``(c, rest)`` with ``e == c*var + rest`` and ``rest`` free of var (None = 0).
+
+        Returns None when ``e`` is not linear in the loop variable with a
+        constant coefficient; other sub-terms are treated as opaque.  Memoized
+        so repeated accesses share ``rest`` nodes (and their cached values).
+        """
+        memo = self.fg.mod.linear_memo
+        key = (self.var, id(e))
+        if key not in memo:
+            memo[key] = (self._linear(e), e)
+        return memo[key][0]
+
+    def _linear(self, e):
+        if not self.fg.mod.uses_var(e, self.var):
+            return 0, e
+        if isinstance(e, Var):
+            return 1, None
+        if isinstance(e, Binary) and e.op in (BinOp.ADD, BinOp.SUB):
+            la, lb = self.linear(e.a), self.linear(e.b)
+            if la is None or lb is None:
+                return None
+            if e.op is BinOp.ADD:
+                return la[0] + lb[0], _add(la[1], lb[1])
+            return la[0] - lb[0], _sub(la[1], lb[1])
+        if isinstance(e, Binary) and e.op is BinOp.MUL:
+            for x, y in ((e.a, e.b), (e.b, e.a)):
+                if isinstance(y, Const):
+                    lx = self.linear(x)
+                    if lx is None:
+                        return None
+                    rest = None if lx[1] is None else Binary(BinOp.MUL, lx[1], y)
+                    return lx[0] * y.value, rest
+        return None
+
+    def access(self, buf: Buffer, indices):
+        """Classify ``buf[indices]``: ("scalar", ptr), ("contig", ptr) or ("gather", ptrs)."""
+        fg = self.fg
+        elt = LLTYPE[buf.dtype]
+        parts = [self.linear(i) for i in indices]
+        if all(p is not None for p in parts) and len(indices) == len(buf.shape):
+            coef = sum(p[0] * st for p, st in zip(parts, strides(buf)))
+            rests = [Const(0, "int32") if p[1] is None else p[1] for p in parts]
+            ptr = fg.address(buf, rests)
+            if coef == 0:
+                return "scalar", ptr
+            if coef == 1:
+                return "contig", ptr
+            steps = ir.Constant(ir.VectorType(I64, self.lanes), [coef * k for k in range(self.lanes)])
+            return "gather", self.vector_gep(ptr, steps, elt)
+        off = fg.offset(buf, indices)
+        if not isinstance(off.type, ir.VectorType):
+            return "scalar", fg.b.gep(fg.base_pointer(buf), [off], inbounds=self.mask is None,
+                                      source_etype=elt)
+        return "gather", self.vector_gep(fg.base_pointer(buf), off, elt)
+
+    def vector_gep(self, base, offsets, elt):
+        g = self.fg.b.gep(base, [offsets], inbounds=self.mask is None, source_etype=elt)
+        g.type = ir.VectorType(PTR, self.lanes)   # llvmlite types it as a scalar ptr
+        return g
+
+    # -------------------------------------------------------- masks
+    def all_true(self):
+        return ir.Constant(ir.VectorType(I1, self.lanes), [1] * self.lanes)
+
+    def and_mask(self, cond):
+        return cond if self.mask is None else self.fg.b.and_(self.mask, cond)
+
+    def any_lane(self):
+        """``<1 x i1>``: is any lane of the current mask active (guards scalar accesses)."""
+        fg = self.fg
+        any_on = fg.call_intrinsic(f"llvm.vector.reduce.or.v{self.lanes}i1", I1, [self.mask])
+        return fg.b.bitcast(any_on, ir.VectorType(I1, 1))
+
+    def masked_if(self, cond, s: IfThenElse) -> None:
+        """Both arms run, each under the current mask narrowed by ``cond`` / ``not cond``."""
+        fg, outer = self.fg, self.mask
+        self.mask = self.and_mask(cond)
+        fg.stmt(s.then)
+        if s.otherwise is not None:
+            self.mask = outer
+            self.mask = self.and_mask(fg.b.not_(cond))
+            fg.stmt(s.otherwise)
+        self.mask = outer
+
+    def masked_select(self, cond, t_e, f_e, lazy_t: bool, lazy_f: bool):
+        fg, old = self.fg, self.mask
+        if lazy_t:
+            self.mask = self.and_mask(cond)
+        t = fg.expr(t_e)
+        self.mask = old
+        if lazy_f:
+            self.mask = self.and_mask(fg.b.not_(cond))
+        f = fg.expr(f_e)
+        self.mask = old
+        t, f = fg.unify(t, f)
+        if not isinstance(t.type, ir.VectorType):
+            t, f = fg.broadcast(t, self.lanes), fg.broadcast(f, self.lanes)
+        return fg.b.select(cond, t, f)
+
+    # -------------------------------------------------------- memory
+    def load(self, e: Load):
+        fg = self.fg
+        elt, align = LLTYPE[e.dtype], _ITEMSIZE[e.dtype]
+        vty = ir.VectorType(elt, self.lanes)
+        kind, ptr = self.access(e.buffer, e.indices)
+        align_c = ir.Constant(I32, align)
+        if kind == "scalar":
+            if self.mask is None:
+                return fg.b.load(ptr, typ=elt, align=align)
+            # One element, loaded only if some lane wants it (no control flow).
+            one = ir.VectorType(elt, 1)
+            v = fg.call_intrinsic(f"llvm.masked.load.v1{type_suffix(elt)}.p0", one,
+                                  [ptr, align_c, self.any_lane(), ir.Constant(one, None)])
+            return fg.b.extract_element(v, ir.Constant(I32, 0))
+        zero = ir.Constant(vty, None)
+        if kind == "contig":
+            if self.mask is None:
+                return fg.b.load(ptr, typ=vty, align=align)
+            return fg.call_intrinsic(f"llvm.masked.load.{type_suffix(vty)}.p0", vty,
+                                     [ptr, align_c, self.mask, zero])
+        mask = self.all_true() if self.mask is None else self.mask
+        return fg.call_intrinsic(f"llvm.masked.gather.{type_suffix(vty)}.v{self.lanes}p0", vty,
+                                 [ptr, align_c, mask, zero])
+
+    def store(self, s: Store) -> None:
+        fg = self.fg
+        elt, align = LLTYPE[s.buffer.dtype], _ITEMSIZE[s.buffer.dtype]
+        value = fg.expr(s.value)
+        kind, ptr = self.access(s.buffer, s.indices)
+        align_c = ir.Constant(I32, align)
+        if kind == "scalar" and not isinstance(value.type, ir.VectorType):
+            if self.mask is None:
+                fg.b.store(value, ptr, align=align)
+            else:
+                one = fg.b.bitcast(value, ir.VectorType(elt, 1))
+                fg.call_intrinsic(f"llvm.masked.store.v1{type_suffix(elt)}.p0", VOID,
+                                  [one, ptr, align_c, self.any_lane()])
+            return
+        if not isinstance(value.type, ir.VectorType):
+            value = fg.broadcast(value, self.lanes)
+        vty = value.type
+        if kind == "contig":
+            if self.mask is None:
+                fg.b.store(value, ptr, align=align)
+            else:
+                fg.call_intrinsic(f"llvm.masked.store.{type_suffix(vty)}.p0", VOID,
+                                  [value, ptr, align_c, self.mask])
+            return
+        if kind == "scalar":
+            # A vector stored to one address: scatter's lane order makes the
+            # last active lane win, as in the sequential loop.
+            ptr = fg.broadcast(ptr, self.lanes)
+        mask = self.all_true() if self.mask is None else self.mask
+        fg.call_intrinsic(f"llvm.masked.scatter.{type_suffix(vty)}.v{self.lanes}p0", VOID,
+                          [value, ptr, align_c, mask])

@@ -45,26 +45,36 @@ def matmul_schedule(M: int, N: int, K: int, lanes: int) -> Schedule:
 
 
 def conv2d_schedule(N, C, H, W, K, R, S, pad, lanes: int) -> Schedule:
-    """Direct NCHW convolution: 4 output channels x (a row of up to 4 vectors) per register tile."""
+    """Direct NCHW convolution with a materialized padded input.
+
+    Register tile: ``kt`` output channels x 2 output rows x 16 output columns,
+    with ``kt`` chosen so the accumulators fill the vector registers (16 on
+    AVX-512, 4 on AVX2); the channel loop stays innermost-but-one so each
+    input vector load feeds ``kt`` FMAs.
+    """
+    registers = 32 if lanes >= 16 else 16
+    wt, pt = 16, 2
+    kt = max(1, registers // (pt * max(1, wt // lanes)))
     s = Schedule(ops.conv2d(N, C, H, W, K, R, S, stride=1, pad=pad))
     out = s.stages[-1]
     if len(s.stages) > 1:  # materialize the padded input: the inner loop then needs no bounds test
         pad_stage = s.stages[0]
         pn, pc, ph, pw = s.loops(pad_stage)
-        s = s.fuse(pc, ph).parallel(f"{pc}.{ph.split('.', 1)[1]}.fused").vectorize(pw) if W + 2 * pad <= 64 \
-            else s.fuse(pc, ph).parallel(f"{pc}.{ph.split('.', 1)[1]}.fused")
+        s = s.fuse(pc, ph)
+        s = s.parallel(s.loops(pad_stage)[1])
+        if s.extent(pw) <= 64:
+            s = s.vectorize(pw)
     s = s.cache_write(out)
     loc = f"{out}_local"
     n, k, p, q = s.axes(out)
-    wt = W if W <= 4 * lanes else 2 * lanes
-    s = s.split(k, factor=4).split(p, factor=2).split(q, factor=wt)
-    s = s.reorder(f"{n}", f"{k}.0", f"{p}.0", f"{q}.0", f"{k}.1", f"{p}.1", f"{q}.1")
+    s = s.split(k, factor=kt).split(p, factor=pt).split(q, factor=wt)
+    s = s.reorder(n, f"{k}.0", f"{p}.0", f"{q}.0", f"{k}.1", f"{p}.1", f"{q}.1")
     s = s.compute_at(loc, f"{q}.0").fuse(f"{k}.0", f"{p}.0")
-    s = s.parallel(f"{k}.0.{p.split('.', 1)[1]}.0.fused").vectorize(f"{q}.1")
+    s = s.parallel(s.loops(out)[0] if s.extent(s.loops(out)[0]) > 1 else s.loops(out)[1])
+    s = s.vectorize(f"{q}.1")
     ln, lk, lp, lq, lc, lr, ls = s.loops(loc)
-    s = s.split(lc, factor=4)
-    s = s.reorder(f"{lc}.0", lr, ls, f"{lc}.1", ln, lk, lp, lq)
-    return s.unroll(f"{lc}.1").unroll(lk).unroll(lp).vectorize(lq)
+    s = s.reorder(lc, lr, ls, ln, lk, lp, lq)
+    return s.unroll(lk).unroll(lp).vectorize(lq)
 
 
 # ---------------------------------------------------------------- measuring

@@ -132,14 +132,17 @@ class GeneratedSpace:
         return max(1, self.options.vector_bits // (64 if dtype == "float64" else 32))
 
     def vector_choices(self, n: int, dtype: str) -> list:
+        """Whole multiples of the native vector (odd widths like 28 lanes legalize badly), or
+        narrower powers of two; a tail that the width does not divide is guarded (masked)."""
         v = self.lanes(dtype)
-        opts = {d for d in _divisors(n, MAX_LANES)} | {m * v for m in (1, 2, 3, 4) if m * v <= min(n, MAX_LANES)}
+        opts = {m * v for m in (1, 2, 3, 4) if m * v <= min(n, MAX_LANES)}
+        opts |= {p for p in (1, 2, 4, 8, 16, 32) if p < v and p <= n}
         if n < v:
             opts.add(n)
         return sorted(opts)
 
     @staticmethod
-    def small_choices(n: int, options=(1, 2, 3, 4, 6, 8)) -> list:
+    def small_choices(n: int, options=(1, 2, 3, 4, 6, 8, 12, 16)) -> list:
         return sorted({c for c in options if c <= n} | {1})
 
     @staticmethod
@@ -234,7 +237,7 @@ class GeneratedSpace:
         # register tile: the vector axis first, then the others within the register budget
         lanes = self.lanes(st.dtype)
         t3 = {vec_axis: src.choose(f"{vec_axis}.t3", self.vector_choices(ext[vec_axis], st.dtype))}
-        budget = max(1, self.registers - 4) // max(1, -(-t3[vec_axis] // lanes))
+        budget = self.registers // max(1, -(-t3[vec_axis] // lanes))
         for lp in reversed(spatial[:-1]):
             t3[lp] = src.choose(f"{lp}.t3", [c for c in self.small_choices(ext[lp]) if c <= budget] or [1])
             budget = max(1, budget // t3[lp])

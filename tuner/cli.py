@@ -125,7 +125,6 @@ def cmd_workloads(args) -> int:
 def cmd_tune(args) -> int:
     from logs import default_log_path
 
-    from .measure import MeasureConfig
     from .search import TuneConfig, Tuner
     from .spec import SpecError, WorkloadSpec
     if args.trials < 1:
@@ -145,7 +144,8 @@ def cmd_tune(args) -> int:
     from tensorir.runtime import host_target
     threads = args.threads or host_target()["num_cores"]
     cfg = TuneConfig(trials=args.trials, sampler=args.sampler, seed=args.seed, cost_model=not args.no_cost_model,
-                     timeout_s=args.timeout, threads=threads, measure=MeasureConfig(threads=threads, seed=args.seed))
+                     timeout_s=args.timeout, threads=threads)
+    cfg.measure.threads, cfg.measure.seed = threads, args.seed
     progress = Progress(spec.label, enabled=not args.quiet)
     model_path = os.path.abspath(log_path) + ".costmodel"
     try:

@@ -146,10 +146,22 @@ def cmd_tune(args) -> int:
     cfg = TuneConfig(trials=args.trials, sampler=args.sampler, seed=args.seed, cost_model=not args.no_cost_model,
                      timeout_s=args.timeout, threads=threads)
     cfg.measure.threads, cfg.measure.seed = threads, args.seed
+    space = None
+    if args.space:
+        from schedules.knobs import KnobSpace
+
+        from .spec import load_function
+        try:
+            space = KnobSpace(spec.tensors(), load_function(args.space, "space"))
+            space.default_decisions()
+        except SpecError as err:
+            raise CLIError(str(err)) from None
+        except Exception as err:  # noqa: BLE001 - the user's space function failed on its first use
+            raise CLIError(f"space {args.space} failed: {type(err).__name__}: {err}") from None
     progress = Progress(spec.label, enabled=not args.quiet)
     model_path = os.path.abspath(log_path) + ".costmodel"
     try:
-        tuner = Tuner(spec, cfg, log=log, storage=storage, model_path=model_path, progress=progress)
+        tuner = Tuner(spec, cfg, log=log, storage=storage, model_path=model_path, progress=progress, space=space)
         result = tuner.run()
     except ImportError as err:
         raise CLIError(f"cannot use --storage {storage}: {err}") from None
@@ -219,6 +231,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--sampler", choices=SAMPLERS, default="tpe")
     t.add_argument("--no-cost-model", action="store_true", help="measure Optuna's proposals directly")
     t.add_argument("--timeout", type=float, help="stop starting new rounds after SECONDS")
+    t.add_argument("--space", metavar="FILE.py:FUNCTION", help="hand-written space fn(cfg, schedule) -> schedule "
+                   "(define_split / define_reorder / define_knob) instead of the generated one")
     t.add_argument("--json", action="store_true", help="print one JSON object on the last line")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
     r = sub.add_parser("report", help="show the best schedules in a tuning log")

@@ -131,7 +131,7 @@ class Tuner:
     """Tune one workload.  ``progress(event: dict)`` is called after every round."""
 
     def __init__(self, spec: WorkloadSpec, config: TuneConfig | None = None, log: TuningLog | None = None,
-                 storage: str | None = None, model_path=None, progress=None):
+                 storage: str | None = None, model_path=None, progress=None, space=None):
         self.spec = spec
         self.config = config or TuneConfig()
         self.log = log
@@ -141,14 +141,17 @@ class Tuner:
         if self.config.sampler not in SAMPLERS:
             raise ValueError(f"unknown sampler {self.config.sampler!r}; choose one of {', '.join(SAMPLERS)}")
         self.target = host_target(self.config.threads)
-        self.space = GeneratedSpace(spec.tensors())
+        # a hand-written KnobSpace, or the space generated from the tensor expression
+        self.space = space if space is not None else GeneratedSpace(spec.tensors())
         self.rng = random.Random(self.config.seed)
 
     # --------------------------------------------------------------- setup
     def _study(self, previous: list):
         import optuna
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        name = f"{self.spec.key}-{self.target['cpu']}-t{self.target['threads']}-{self.config.sampler}"
+        tag = "generated" if isinstance(self.space, GeneratedSpace) else \
+            f"knobs-{getattr(getattr(self.space, 'fn', None), '__name__', 'custom')}"
+        name = f"{self.spec.key}-{self.target['cpu']}-t{self.target['threads']}-{self.config.sampler}-{tag}"
         study = optuna.create_study(storage=self.storage, sampler=make_sampler(self.config.sampler,
                                     self.config.seed), study_name=name, direction="maximize",
                                     load_if_exists=True)

@@ -56,6 +56,34 @@ def is_user_workload(name: str) -> bool:
     return bool(sep) and path.endswith(".py") and bool(func)
 
 
+def load_function(ref: str, what: str = "workload") -> Callable:
+    """The function named by ``"path/to/file.py:function"``; one-line :class:`SpecError` otherwise."""
+    shown, _, fname = ref.rpartition(":")
+    if not shown or not fname:
+        raise SpecError(f"expected {what} as path/to/file.py:function, got {ref!r}")
+    path = os.path.abspath(os.path.expanduser(shown))
+    if not os.path.isfile(path):
+        raise SpecError(f"{what} file {shown!r} not found (looked for {path})")
+    mod_name = f"_tensortune_user_{next(_module_ids)}"
+    try:
+        mspec = importlib.util.spec_from_file_location(mod_name, path)
+        module = importlib.util.module_from_spec(mspec)
+        mspec.loader.exec_module(module)
+    except BaseException as err:  # noqa: BLE001 - a user file may raise anything, even SystemExit
+        if isinstance(err, KeyboardInterrupt):
+            raise
+        raise SpecError(f"{what} file {shown!r} failed to import: {type(err).__name__}: "
+                        f"{_one_line(err)}") from None
+    fn = getattr(module, fname, None)
+    if fn is None or not callable(fn):
+        found = sorted(n for n, v in vars(module).items()
+                       if inspect.isfunction(v) and v.__module__ == mod_name and not n.startswith("_"))
+        kind = "no function" if fn is None else "a non-callable"
+        raise SpecError(f"{what} file {shown!r} has {kind} named {fname!r}; functions: "
+                        f"{', '.join(found) or '(none)'}")
+    return fn
+
+
 class WorkloadSpec:
     """A workload to tune: a registry name or ``"file.py:function"``, plus parameters.
 
@@ -189,28 +217,7 @@ class WorkloadSpec:
         return list(self._tensors)
 
     def _load_function(self) -> Callable:
-        path, fname = self._file, self._func_name
-        shown = self.name.rpartition(":")[0]
-        if not os.path.isfile(path):
-            raise SpecError(f"workload file {shown!r} not found (looked for {path})")
-        mod_name = f"_tensortune_user_{next(_module_ids)}"
-        try:
-            mspec = importlib.util.spec_from_file_location(mod_name, path)
-            module = importlib.util.module_from_spec(mspec)
-            mspec.loader.exec_module(module)
-        except BaseException as err:  # noqa: BLE001 - a user file may raise anything, even SystemExit
-            if isinstance(err, KeyboardInterrupt):
-                raise
-            raise SpecError(f"workload file {shown!r} failed to import: {type(err).__name__}: "
-                            f"{_one_line(err)}") from None
-        fn = getattr(module, fname, None)
-        if fn is None or not callable(fn):
-            found = sorted(n for n, v in vars(module).items()
-                           if inspect.isfunction(v) and v.__module__ == mod_name and not n.startswith("_"))
-            what = "no function" if fn is None else "a non-callable"
-            raise SpecError(f"workload file {shown!r} has {what} named {fname!r}; functions: "
-                            f"{', '.join(found) or '(none)'}")
-        return fn
+        return load_function(self.name, "workload")
 
     def _call_user_function(self) -> list:
         fn = self._load_function()

@@ -1,0 +1,215 @@
+"""The tuner and the command line, end to end on small workloads."""
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+from logs import TuningFallbackWarning, TuningLog, build
+from schedules.knobs import KnobSpace, SplitEntity, _factorizations
+from schedules.space import FixedDecisions, RandomDecisions
+from tensorir import ops
+from tensorir.errors import DecisionError, ScheduleError
+from tuner.cli import main
+from tuner.search import TuneConfig, Tuner
+from tuner.spec import WorkloadSpec
+
+STENCIL = '''
+from tensorir import te
+
+def stencil(n=40, m=37):
+    x = te.placeholder((n, m), "float32", "x")
+    y = te.compute((n - 2, m - 2), lambda i, j: (x[i, j + 1] + x[i + 2, j + 1] + x[i + 1, j] + x[i + 1, j + 2])
+                   * 0.25 - x[i + 1, j + 1], "y")
+    k = te.reduce_axis(m - 2, "k")
+    z = te.compute((n - 2,), lambda i: te.max(y[i, k], axis=k), "z")
+    return [x, z]
+
+def not_tensors(n=3):
+    return 42
+
+def raises(n=3):
+    raise RuntimeError("boom")
+'''
+
+
+def small_config(trials=4, **kw):
+    cfg = TuneConfig(trials=trials, batch_size=4, **kw)
+    cfg.measure.repeat, cfg.measure.min_repeat_ms = 2, 2.0
+    return cfg
+
+
+# ------------------------------------------------------------------ the loop
+
+def test_tune_resume_and_build_with_log(tmp_path):
+    spec = WorkloadSpec.parse("matmul", ["M=48", "N=40", "K=33"])
+    log = TuningLog(tmp_path / "t.jsonl")
+    r1 = Tuner(spec, small_config(6), log=log).run()
+    assert r1.trials == 6 and r1.best is not None and r1.best.ok
+    recs = log.records()
+    assert len(recs) >= 6 and all(r.workload_key == spec.key for r in recs)
+    first = {json.dumps(r.decisions, sort_keys=True) for r in recs}
+    r2 = Tuner(spec, small_config(4, seed=1), log=log).run()
+    assert r2.resumed == len(recs)
+    new = [json.dumps(r.decisions, sort_keys=True) for r in log.records()[len(recs):] if r.error_kind is None]
+    assert new and not (set(new) & first), "a resumed run must not re-measure what the log holds"
+    # a build with the log reuses the best schedule and computes the right numbers
+    tensors = spec.tensors()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TuningFallbackWarning)
+        kernel = build(tensors, log=str(tmp_path / "t.jsonl"))
+    assert kernel.lookup.match == "exact"
+    a, b = spec.inputs(0)
+    c = np.empty((48, 40), np.float32)
+    kernel(a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_build_without_record_falls_back_with_one_clear_warning(tmp_path):
+    tensors = ops.matmul(8, 8, 8)
+    with pytest.warns(TuningFallbackWarning, match=r"no tuning record for .*; using the default schedule"):
+        kernel = build(tensors, log=str(tmp_path / "empty.jsonl"))
+    a = np.ones((8, 8), np.float32)
+    c = np.empty((8, 8), np.float32)
+    kernel(a, a, c)
+    np.testing.assert_allclose(c, a @ a)
+
+
+def test_random_search_without_cost_model(tmp_path):
+    spec = WorkloadSpec.parse("softmax", ["rows=9", "cols=70"])
+    res = Tuner(spec, small_config(4, sampler="random", cost_model=False), log=TuningLog(tmp_path / "l")).run()
+    assert res.trials == 4 and res.best is not None
+
+
+def test_generated_space_invalid_share_is_zero_on_user_stencil(tmp_path):
+    path = tmp_path / "ops.py"
+    path.write_text(STENCIL)
+    spec = WorkloadSpec.parse(f"{path}:stencil", ["n=20", "m=19"])
+    from schedules.space import GeneratedSpace
+    space = GeneratedSpace(spec.tensors())
+    for seed in range(30):
+        space.apply(RandomDecisions(seed)).lower()  # never raises: every decision vector is legal
+
+
+# -------------------------------------------------------------------- knobs
+
+def test_knob_space_define_split_reorder_knob(tmp_path):
+    tensors = ops.matmul(24, 32, 16)
+
+    def space_fn(cfg, s):
+        cfg.define_split("tile_i", s.extent("C.i"), num_outputs=2)
+        cfg.define_split("tile_j", s.extent("C.j"), num_outputs=3, policy="power2", max_factor=16)
+        order = cfg.define_reorder("order", ["C.k", "C.i.1"])
+        s, (io, ii) = cfg["tile_i"].apply(s, "C.i")
+        s, (jo, jm, ji) = cfg["tile_j"].apply(s, "C.j")
+        s = s.reorder(io, jo, jm, *order, ji)
+        return s.vectorize(ji) if cfg.define_knob("vec", [True, False]) else s
+
+    space = KnobSpace(tensors, space_fn)
+    default = space.default_decisions()
+    assert set(default) == {"tile_i", "tile_j", "order", "vec"}
+    spec_in = [np.random.rand(24, 16).astype(np.float32), np.random.rand(16, 32).astype(np.float32)]
+    for src in [FixedDecisions(default)] + [RandomDecisions(i) for i in range(5)]:
+        k = space.apply(src).build()
+        c = np.empty((24, 32), np.float32)
+        k(*spec_in, c)
+        np.testing.assert_allclose(c, spec_in[0] @ spec_in[1], rtol=1e-4)
+    with pytest.raises(DecisionError, match="is not one of its choices"):
+        space.apply(FixedDecisions({**default, "tile_i": [5, 5]}))
+
+
+def test_split_factorizations():
+    assert _factorizations(12, 2, "factors", None) == [[12, 1], [6, 2], [4, 3], [3, 4], [2, 6], [1, 12]]
+    assert all(a * b == 12 for a, b in _factorizations(12, 2, "factors", None))
+    assert [4, 2, 2] in _factorizations(16, 3, "factors", None)
+    assert all(f[1] <= 8 for f in _factorizations(100, 2, "power2", 8))
+    s, loops = SplitEntity((3, 4, 2)).apply(__import__("schedules").Schedule(ops.matmul(24, 8, 8)), "C.i")
+    assert [s.extent(lp) for lp in loops] == [3, 4, 2]
+
+
+def test_knob_errors():
+    tensors = ops.matmul(8, 8, 8)
+    with pytest.raises(ScheduleError, match="read before it is defined"):
+        KnobSpace(tensors, lambda cfg, s: s.split("C.i", factor=cfg["x"].size[1])).default_decisions()
+    with pytest.raises(ScheduleError, match="returned NoneType, expected the transformed Schedule"):
+        KnobSpace(tensors, lambda cfg, s: None).default_decisions()
+
+
+# ---------------------------------------------------------------------- CLI
+
+def run_cli(capsys, *args):
+    code = main(list(args))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_cli_workloads(capsys):
+    code, out, _ = run_cli(capsys, "workloads")
+    assert code == 0
+    for name in ("matmul", "conv2d", "softmax", "layer_norm", "dense"):
+        assert name in out
+
+
+def test_cli_tune_json_and_report(tmp_path, capsys):
+    log = str(tmp_path / "cli.jsonl")
+    code, out, err = run_cli(capsys, "tune", "matmul", "M=32", "N=24", "K=20", "--trials", "3", "--log", log,
+                             "--json", "--quiet", "--seed", "3")
+    assert code == 0, err
+    obj = json.loads(out.strip().splitlines()[-1])
+    for key in ("workload", "params", "trials", "best_gflops", "best_latency_s", "default_gflops", "numpy_gflops",
+                "errors", "tune_seconds", "log"):
+        assert key in obj
+    assert obj["workload"] == "matmul" and obj["params"]["M"] == 32 and obj["trials"] == 3
+    assert obj["best_gflops"] > 0 and obj["numpy_gflops"] > 0 and obj["log"].endswith("cli.jsonl")
+    assert "s = Schedule(tensors)" in out
+    code, out, err = run_cli(capsys, "report", "--log", log)
+    assert code == 0 and "matmul(M=32, N=24, K=20" in out and "why it is fast" in out
+
+
+def test_cli_tune_user_file_with_space(tmp_path, capsys):
+    path = tmp_path / "ops.py"
+    path.write_text(STENCIL + '''
+
+def space(cfg, s):
+    cfg.define_split("tile", s.extent("y.j"), num_outputs=2, policy="power2", max_factor=16)
+    s, (jo, ji) = cfg["tile"].apply(s, "y.j")
+    return s.vectorize(ji) if cfg.define_knob("vec", [True, False]) else s
+''')
+    code, out, err = run_cli(capsys, "tune", f"{path}:stencil", "n=30", "--trials", "3", "--log",
+                             str(tmp_path / "u.jsonl"), "--space", f"{path}:space", "--json", "--quiet")
+    assert code == 0, err
+    obj = json.loads(out.strip().splitlines()[-1])
+    assert obj["numpy_gflops"] is None and obj["best_gflops"] > 0
+
+
+@pytest.mark.parametrize("args,pattern", [
+    (["tune", "matmulx"], r"unknown workload"),
+    (["tune", "matmul", "Q=3"], r"Q"),
+    (["tune", "matmul", "M=-4"], r"M"),
+    (["tune", "matmul", "M"], r"NAME=VALUE|M"),
+    (["tune", "/no/such/file.py:f"], r"not found"),
+    (["tune", "matmul", "--trials", "0"], r"--trials must be a positive integer"),
+    (["tune", "matmul", "--log", "/proc/version/x.jsonl"], r"cannot"),
+    (["tune", "matmul", "--space", "/no/such.py:s"], r"not found"),
+])
+def test_cli_bad_input_is_one_line_exit_2(capsys, args, pattern):
+    code, out, err = run_cli(capsys, *args)
+    assert code == 2
+    assert "Traceback" not in err
+    lines = [ln for ln in err.strip().splitlines() if ln]
+    assert len(lines) == 1 and lines[0].startswith("tensortune: error:"), err
+    import re
+    assert re.search(pattern, lines[0]), lines[0]
+
+
+@pytest.mark.parametrize("func,pattern", [("not_tensors", r"not_tensors"), ("raises", r"boom"),
+                                          ("missing", r"no function named 'missing'")])
+def test_cli_bad_user_function(tmp_path, capsys, func, pattern):
+    path = tmp_path / "ops.py"
+    path.write_text(STENCIL)
+    code, _, err = run_cli(capsys, "tune", f"{path}:{func}", "--trials", "1", "--log", str(tmp_path / "x.jsonl"))
+    assert code == 2 and "Traceback" not in err
+    import re
+    assert re.search(pattern, err), err

@@ -254,6 +254,19 @@ def compile_func(func: PrimFunc, opt: runtime.OptConfig = runtime.DEFAULT_OPT) -
         LLVM pipeline settings.
     """
     t0 = time.perf_counter()
+    mod, obj, uses_openmp = compile_module(func, opt)
+    with runtime.LLVM_LOCK:
+        tracker, address = runtime.jit_link(obj, func.name, need_omp=uses_openmp)
+    return Kernel(func, address, keepalive=tracker, module=mod, object_code=obj,
+                  uses_openmp=uses_openmp, compile_seconds=time.perf_counter() - t0)
+
+
+def compile_module(func: PrimFunc, opt: runtime.OptConfig = runtime.DEFAULT_OPT):
+    """Loop IR -> optimized LLVM module and object image: ``(module, object bytes, uses_openmp)``.
+
+    The one compilation pipeline: :func:`compile_func` links the object into
+    this process; the tuner's builder processes send it to the runner instead.
+    """
     irmod = codegen(func)
     text = str(irmod)
     with runtime.LLVM_LOCK:
@@ -262,9 +275,7 @@ def compile_func(func: PrimFunc, opt: runtime.OptConfig = runtime.DEFAULT_OPT) -
         mod.verify()
         runtime.optimize(mod, opt)
         obj = runtime.emit_object(mod)
-        tracker, address = runtime.jit_link(obj, func.name, need_omp=irmod.uses_openmp)
-    return Kernel(func, address, keepalive=tracker, module=mod, object_code=obj,
-                  uses_openmp=irmod.uses_openmp, compile_seconds=time.perf_counter() - t0)
+    return mod, obj, bool(irmod.uses_openmp)
 
 
 def clear_cache() -> None:

@@ -198,18 +198,9 @@ def compile_object(func):
     (bytes, bool)
         The object image and whether it calls libgomp.
     """
-    import llvmlite.binding as llvm
-    from tensorir import runtime
-    from tensorir.codegen import codegen
-    irmod = codegen(func)
-    text = str(irmod)
-    with runtime.LLVM_LOCK:
-        mod = llvm.parse_assembly(text)
-        runtime.prepare_module(mod)
-        mod.verify()
-        runtime.optimize(mod)
-        obj = runtime.emit_object(mod)
-    return obj, bool(irmod.uses_openmp)
+    from tensorir.build import compile_module
+    _, obj, uses_openmp = compile_module(func)
+    return obj, uses_openmp
 
 
 def builder_main(conn, init: dict) -> None:

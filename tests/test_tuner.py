@@ -77,6 +77,18 @@ def test_build_without_record_falls_back_with_one_clear_warning(tmp_path):
     np.testing.assert_allclose(c, a @ a)
 
 
+def test_cost_model_transfer_from_other_workloads_in_the_log(tmp_path):
+    from cost_model import CostModel
+    from tuner.search import pretrain_from_log
+    log = TuningLog(tmp_path / "t.jsonl")
+    Tuner(WorkloadSpec.parse("matmul", ["M=24", "N=32", "K=16"]), small_config(8), log=log).run()
+    other = WorkloadSpec.parse("matmul", ["M=40", "N=16", "K=24"])
+    model = CostModel()
+    n = pretrain_from_log(model, log, other.key, Tuner(other, small_config(1)).target)
+    assert n >= 8 and model.is_trained
+    assert pretrain_from_log(CostModel(), log, other.key, {"kind": "llvm", "cpu": "other", "threads": 2}) == 0
+
+
 def test_random_search_without_cost_model(tmp_path):
     spec = WorkloadSpec.parse("softmax", ["rows=9", "cols=70"])
     res = Tuner(spec, small_config(4, sampler="random", cost_model=False), log=TuningLog(tmp_path / "l")).run()

@@ -116,6 +116,40 @@ def host_target(threads: int | None) -> dict:
             "threads": threads or t["num_cores"]}
 
 
+def pretrain_from_log(model, log, exclude_key: str, target: dict, limit: int = 96) -> int:
+    """Transfer: train ``model`` on other workloads' records in ``log`` (same CPU), newest first.
+
+    Each record's trace is replayed on its own workload (rebuilt from its name and
+    parameters) and lowered to features; records that cannot be rebuilt are skipped.
+    Returns the number of samples added.
+    """
+    if log is None:
+        return 0
+    from cost_model import extract_features
+    from logs import target_key
+    from schedules import Schedule
+    want = target_key(target)[:2]
+    feats, thr, groups, specs = [], [], [], {}
+    for rec in reversed(log.records()):
+        if len(feats) >= limit:
+            break
+        if rec.workload_key == exclude_key or target_key(rec.target)[:2] != want or not rec.trace.get("instructions"):
+            continue
+        spec = specs.get(rec.workload_key)
+        try:
+            if spec is None:
+                spec = specs[rec.workload_key] = WorkloadSpec(rec.workload_name, dict(rec.workload_params))
+            func = Schedule.from_json(spec.tensors(), rec.trace).lower()
+        except Exception:  # noqa: BLE001 - an old or foreign record only loses its transfer value
+            continue
+        feats.append(extract_features(func))
+        thr.append(rec.gflops if rec.ok and rec.gflops else 0.0)
+        groups.append(rec.workload_key)
+    if feats:
+        model.pretrain(np.stack(feats), np.array(thr), groups)
+    return len(feats)
+
+
 def _import_xgboost() -> None:
     try:
         import xgboost  # noqa: F401
@@ -192,7 +226,9 @@ class Tuner:
                 model = CostModel.load(self.model_path)   # trained on earlier workloads: transfer
             except (OSError, ValueError, KeyError):
                 model = None
-        model = model or CostModel()
+        if model is None:
+            model = CostModel()
+            pretrain_from_log(model, self.log, self.spec.key, self.target)
         feats, thr = [], []
         for rec in previous[-512:]:
             c = self._prepare(None, rec.decisions)

@@ -159,7 +159,7 @@ class Unary(Expr):
 
 @dataclass(frozen=True, slots=True, repr=False)
 class Select(Expr):
-    """``t if cond else f`` (both branches may be evaluated; reads stay in bounds)."""
+    """``t if cond else f``; lazy: the loads of the branch not taken are never executed."""
     cond: Expr
     t: Expr
     f: Expr

@@ -134,9 +134,20 @@ class Schedule:
     # -------------------------------------------------------- primitives
     def split(self, loop: str, factor: int | None = None, nparts: int | None = None,
               names: tuple | None = None) -> "Schedule":
-        """Split ``loop`` into an outer and an inner loop (inner extent ``factor``).
+        """Split ``loop`` into an outer and an inner loop (inner extent ``factor``, or ``nparts`` outer).
 
-        ``for i in range(100)`` -> ``for i.0 in range(4): for i.1 in range(32): if i.0*32 + i.1 < 100``.
+        Before::
+
+            for C.i in range(100):
+              C[C.i] = ...
+
+        After ``split("C.i", factor=32)`` (100 is not a multiple of 32: the tail is guarded, and
+        full tiles get a guard-free copy when the guard would sit in an unrolled/vectorized loop)::
+
+            for C.i.0 in range(4):
+              for C.i.1 in range(32):
+                if C.i.0 * 32 + C.i.1 < 100:
+                  C[C.i.0 * 32 + C.i.1] = ...
         """
         attrs = {"factor": factor} if nparts is None else {"nparts": nparts}
         if factor is not None and nparts is not None:
@@ -144,44 +155,112 @@ class Schedule:
         return self._do("split", [loop], attrs, names or ())
 
     def fuse(self, outer: str, inner: str, name: str | None = None) -> "Schedule":
-        """Fuse two adjacent loops into one: ``for i: for j:`` -> ``for i.j.fused in range(ni*nj)``."""
+        """Fuse two adjacent loops (``inner`` directly inside ``outer``, same kind) into one.
+
+        Before::
+
+            for C.i in range(4):
+              for C.j in range(6):
+                C[C.i, C.j] = ...
+
+        After ``fuse("C.i", "C.j")``::
+
+            for C.i.j.fused in range(24):
+              C[C.i.j.fused // 6, C.i.j.fused % 6] = ...
+        """
         return self._do("fuse", [outer, inner], None, (name,) if name else ())
 
     def reorder(self, *loops: str) -> "Schedule":
-        """Put the given loops (of one stage) in this order, in the slots they occupy."""
+        """Put the given loops (of one stage) in this order, in the slots they occupy.
+
+        Before::
+
+            for C.i: for C.j: for C.k: ...
+
+        After ``reorder("C.k", "C.j")`` (the listed loops swap slots; ``C.i`` stays)::
+
+            for C.i: for C.k: for C.j: ...
+        """
         if len(loops) == 1 and isinstance(loops[0], (list, tuple)):
             loops = tuple(loops[0])
         return self._do("reorder", loops)
 
     def unroll(self, loop: str) -> "Schedule":
-        """Fully unroll ``loop`` in the generated code."""
+        """Fully unroll ``loop`` in the generated code (the printed nest marks it)::
+
+            for C_local.i in range(4):  # unrolled
+              C_local[C_local.i, ...] = ...      -> emitted 4 times with C_local.i = 0, 1, 2, 3
+        """
         return self._do("unroll", [loop])
 
     def vectorize(self, loop: str) -> "Schedule":
-        """Turn the (innermost, spatial) ``loop`` into SIMD instructions, one lane per iteration."""
+        """Turn the innermost, spatial ``loop`` into SIMD instructions, one lane per iteration.
+
+        After ``vectorize("C.j.1")``::
+
+            for C.j.1 in range(16):  # vectorized
+              C[C.i, C.j.0 * 16 + C.j.1] = ...   -> one 16-lane load/FMA/store per statement
+
+        Contiguous accesses become vector loads, lane-invariant ones broadcasts, others gathers;
+        a guard that depends on the lane becomes a mask.
+        """
         return self._do("vectorize", [loop])
 
     def parallel(self, loop: str) -> "Schedule":
-        """Run the iterations of spatial ``loop`` on all cores (OpenMP static schedule)."""
+        """Run the iterations of spatial ``loop`` on all cores (OpenMP, static chunks)::
+
+            for C.i.0 in range(64):  # parallel
+              ...                    -> iterations split into one contiguous chunk per thread
+        """
         return self._do("parallel", [loop])
 
     def compute_at(self, stage, loop: str) -> "Schedule":
-        """Compute ``stage`` inside ``loop`` of a consumer, only the region that loop needs."""
+        """Compute ``stage`` inside ``loop`` of a consumer, only the region that loop needs.
+
+        Before (``pad`` computed whole, then ``conv``)::
+
+            for pad.h in range(12): ...
+            for conv.h in range(10): ... pad[conv.h + conv.rr, ...]
+
+        After ``split("conv.h", factor=4).compute_at("pad", "conv.h.0")`` (bound inference
+        gives the 6 rows of ``pad`` that 4 output rows read; ``pad`` shrinks to a local buffer)::
+
+            for conv.h.0 in range(3):
+              pad = alloc_local([1, 4, 6, 12], float32)
+              for pad.h in range(6): ... pad[...] = X[..., conv.h.0 * 4 + pad.h - 1, ...]
+              for conv.h.1 in range(4): ... pad[..., conv.h.1 + conv.rr, ...]
+        """
         return self._do("compute_at", [stage, loop])
 
     def compute_root(self, stage) -> "Schedule":
-        """Undo ``compute_at``: compute the whole stage before its consumers."""
+        """Undo ``compute_at``: compute the whole stage (a full buffer) before its consumers."""
         return self._do("compute_root", [stage])
 
     def compute_inline(self, stage) -> "Schedule":
-        """Substitute an elementwise stage's expression into its consumers (no buffer)."""
+        """Substitute an elementwise stage's expression into its consumers (no buffer).
+
+        Before::
+
+            for y.i: y[y.i] = x[y.i] * 2.0
+            for z.i: z[z.i] = exp(y[z.i])
+
+        After ``compute_inline("y")``::
+
+            for z.i: z[z.i] = exp(x[z.i] * 2.0)
+        """
         return self._do("compute_inline", [stage])
 
     def cache_write(self, stage, name: str | None = None) -> "Schedule":
         """Compute ``stage`` into a new stage ``<stage>_local`` and copy it out.
 
         Computing ``<stage>_local`` at a tile loop of ``stage`` keeps the
-        accumulators of that tile in registers (the register-tile trick).
+        accumulators of that tile in registers (the register-tile trick).  After
+        ``cache_write("C")``, ``tile(...)`` and ``compute_at("C_local", "C.j.0")``::
+
+            for C.i.0: for C.j.0:
+              C_local = alloc_local([4, 16], float32)
+              C_local[...] = 0.0f ; for k: C_local[i, j] = C_local[i, j] + A[...] * B[...]
+              for C.i.1: for C.j.1: C[...] = C_local[C.i.1, C.j.1]
         """
         return self._do("cache_write", [stage], None, (name,) if name else ())
 

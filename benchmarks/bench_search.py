@@ -5,8 +5,9 @@
 
 Strategies: random search (Optuna RandomSampler, no model), Optuna alone (TPE,
 each ask measured) and Optuna + cost model (TPE asks 4x, XGBoost ranks, top
-plus epsilon-random measured).  Every run starts from an empty log and the same
-heuristic first trial.  Reports best GFLOP/s (as measured while tuning) after
+plus epsilon-random measured).  Every run starts from an empty log and, so
+that the comparison is about the search, WITHOUT the space's heuristic first
+trial (``--with-heuristic`` puts it back, as `tensortune tune` does).  Reports best GFLOP/s (as measured while tuning) after
 16/32/64/128/256 trials, median and range over seeds; then the cost model's
 pairwise ranking accuracy and top-k recall on held-out measured candidates of
 each workload (train on 80% of the distinct candidates, test on the other 20%,
@@ -80,9 +81,11 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--only", default="matmul1024,conv2d")
     ap.add_argument("--out", default="benchmarks/search_results.json")
+    ap.add_argument("--with-heuristic", action="store_true")
     args = ap.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
-    out = {"trials": args.trials, "seeds": seeds, "runs": [], "model": {}}
+    out = {"trials": args.trials, "seeds": seeds, "heuristic_first_trial": args.with_heuristic, "runs": [],
+           "model": {}}
     points = [c for c in CHECKPOINTS if c <= args.trials]
     for wkey in args.only.split(","):
         name, params = WORKLOADS[wkey]
@@ -92,8 +95,9 @@ def main(argv=None) -> int:
             for seed in seeds:
                 with tempfile.TemporaryDirectory() as tmp:
                     log = TuningLog(f"{tmp}/log.jsonl")
-                    res = Tuner(spec, TuneConfig(trials=args.trials, sampler=sampler, cost_model=cm, seed=seed),
-                                log=log).run()
+                    cfg = TuneConfig(trials=args.trials, sampler=sampler, cost_model=cm, seed=seed,
+                                     seed_heuristic=args.with_heuristic)
+                    res = Tuner(spec, cfg, log=log).run()
                     all_records += log.records()
                 run = {"workload": wkey, "strategy": strat, "seed": seed, "tune_s": res.tune_seconds,
                        "best_after": {n: best_after(res.history, n) for n in points},

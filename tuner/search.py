@@ -49,6 +49,7 @@ class TuneConfig:
     seed: int = 0
     cost_model: bool = True
     timeout_s: float | None = None   # stop starting new rounds after this many seconds
+    seed_heuristic: bool = True      # first trial: the space's heuristic starting point
     threads: int | None = None       # kernel threads (None: all cores)
     # 3 repeats of >= 25 ms rank candidates reliably; reported figures are re-timed side by side
     measure: MeasureConfig = field(default_factory=lambda: MeasureConfig(repeat=3, min_repeat_ms=25.0))
@@ -191,7 +192,8 @@ class Tuner:
                                     load_if_exists=True)
         if not study.trials:
             self._warm_start_study(study, previous)
-            study.enqueue_trial(self._as_params(self.space.default_decisions()), skip_if_exists=True)
+            if self.config.seed_heuristic:
+                study.enqueue_trial(self._as_params(self.space.default_decisions()), skip_if_exists=True)
         return study
 
     def _as_params(self, decisions: dict) -> dict:

@@ -275,6 +275,7 @@ class Tuner:
         start = time.perf_counter()
         previous = self.log.for_workload(self.spec.key, self.target) if self.log is not None else []
         seen = {decision_key(r.decisions) for r in previous}
+        seen_funcs: set = set()   # lowered loop nests already measured or picked in this run
         study = self._study(previous)
         model = self._cost_model(previous)
         best = max((r for r in previous if r.ok), key=lambda r: r.gflops or 0.0, default=None)
@@ -301,16 +302,19 @@ class Tuner:
                         study.tell(cand.trial, 0.0)
                         if self.log is not None:
                             self.log.append(self._record(cand, cand.error))
-                    elif key in seen or key in fresh:
-                        study.tell(cand.trial, state=optuna.trial.TrialState.FAIL)  # duplicate: withdrawn
+                    elif key in seen or key in fresh or cand.func in seen_funcs:
+                        # the same decisions, or other decisions giving an identical loop nest: withdrawn
+                        study.tell(cand.trial, state=optuna.trial.TrialState.FAIL)
                     else:
                         fresh.add(key)
+                        seen_funcs.add(cand.func)
                         pool.append(cand)
                 if asked > 50 * cfg.trials and not pool:
                     break  # the space yields nothing new: stop rather than spin
                 picked, rest = self._pick(pool, want, model if use_model else None)
                 for cand in rest:
                     study.tell(cand.trial, state=optuna.trial.TrialState.FAIL)  # unmeasured: withdrawn
+                    seen_funcs.discard(cand.func)
                 results = measurer.measure([c.func for c in picked])
                 feats, thr = [], []
                 for cand, res in zip(picked, results):

@@ -43,7 +43,7 @@ class TuneConfig:
     """How a tuning run searches.  Defaults suit a 64-trial run on a few cores."""
     trials: int = 64                 # measured candidates (invalid ones are not counted)
     batch_size: int = 8              # candidates measured per round
-    asks_per_measure: int = 4        # asks ranked by the cost model per measured candidate
+    asks_per_measure: int = 3        # asks ranked by the cost model per measured candidate
     epsilon: float = 0.125           # share of each batch picked at random (exploration)
     sampler: str = "tpe"
     seed: int = 0

@@ -19,6 +19,7 @@ R4  every other root stage: vectorize the last axis, fuse and parallelize the re
 """
 from __future__ import annotations
 
+import abc
 import random
 from dataclasses import dataclass
 
@@ -33,7 +34,7 @@ MAX_UNROLLED_BODY = 64   # register-tile rows x inner reduce iterations emitted 
 
 # ------------------------------------------------------------ decision sources
 
-class DecisionSource:
+class DecisionSource(abc.ABC):
     """Where decisions come from; records what was chosen."""
 
     def __init__(self):
@@ -48,8 +49,9 @@ class DecisionSource:
         self.choices[name] = list(choices)
         return value
 
-    def _pick(self, name, choices):  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _pick(self, name, choices):
+        """Return one of ``choices`` for decision ``name``."""
 
 
 class FixedDecisions(DecisionSource):

@@ -215,6 +215,23 @@ def builder_main(conn, init: dict) -> None:
         runtime.target_machine()
     except BaseException as err:  # noqa: BLE001 - reported with every job, never raised in the parent
         setup_error = f"builder process failed to start: {type(err).__name__}: {err}"
+    def build_one(payload):
+        t0 = time.perf_counter()
+        if setup_error:
+            return ("result", {"error_kind": "compile", "error_msg": setup_error})
+        try:
+            obj, omp = compile_object(payload)
+            return ("result", {"object": obj, "uses_openmp": omp, "compile_seconds": time.perf_counter() - t0})
+        except MemoryError as err:
+            return _error_reply("memory", err, "out of memory while compiling: ")
+        except BaseException as err:  # noqa: BLE001 - codegen/LLVM errors of any type are "compile"
+            return _error_reply("compile", err)
+
+    _serve(conn, build_one)
+
+
+def _serve(conn, handle) -> None:
+    """Answer ``(kind, payload)`` jobs with ``handle(payload)`` until "exit" or the parent goes away."""
     while True:
         try:
             kind, payload = conn.recv()
@@ -222,19 +239,7 @@ def builder_main(conn, init: dict) -> None:
             return
         if kind == "exit":
             return
-        t0 = time.perf_counter()
-        if setup_error:
-            reply = ("result", {"error_kind": "compile", "error_msg": setup_error})
-        else:
-            try:
-                obj, omp = compile_object(payload)
-                reply = ("result", {"object": obj, "uses_openmp": omp,
-                                    "compile_seconds": time.perf_counter() - t0})
-            except MemoryError as err:
-                reply = _error_reply("memory", err, "out of memory while compiling: ")
-            except BaseException as err:  # noqa: BLE001 - codegen/LLVM errors of any type are "compile"
-                reply = _error_reply("compile", err)
-        conn.send(reply)
+        conn.send(handle(payload))
 
 
 def cache_flush_bytes() -> int:
@@ -418,20 +423,16 @@ def runner_main(conn, init: dict) -> None:
         conn.send(("error", f"{type(err).__name__}: {err}"))
         return
     conn.send(("ready", None))
-    while True:
+
+    def run_one(payload):
         try:
-            kind, payload = conn.recv()
-        except EOFError:
-            return
-        if kind == "exit":
-            return
-        try:
-            reply = ("result", runner.run(payload))
+            return ("result", runner.run(payload))
         except MemoryError as err:
-            reply = _error_reply("memory", err)
+            return _error_reply("memory", err)
         except BaseException as err:  # noqa: BLE001 - anything else is a runtime error of this candidate
-            reply = _error_reply("runtime", err)
-        conn.send(reply)
+            return _error_reply("runtime", err)
+
+    _serve(conn, run_one)
 
 
 def child_main(role: str, fd: int) -> None:

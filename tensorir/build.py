@@ -20,7 +20,7 @@ import numpy as np
 
 from . import runtime
 from .codegen import codegen
-from .ir import PrimFunc, Store, walk_stmts
+from .ir import For, ForKind, PrimFunc, Store, walk_stmts
 
 CACHE_SIZE = 512
 
@@ -273,9 +273,15 @@ def compile_module(func: PrimFunc, opt: runtime.OptConfig = runtime.DEFAULT_OPT)
         mod = llvm.parse_assembly(text)
         runtime.prepare_module(mod)
         mod.verify()
-        runtime.optimize(mod, opt)
+        runtime.optimize(mod, opt, vectorized=has_vector_loop(func))
         obj = runtime.emit_object(mod)
     return mod, obj, bool(irmod.uses_openmp)
+
+
+def has_vector_loop(func: PrimFunc) -> bool:
+    """Whether ``func`` has an explicitly VECTORIZED loop (picks the fast LLVM pipeline)."""
+    return any(isinstance(s, For) and s.kind is ForKind.VECTORIZED and s.extent > 1
+               for s in walk_stmts(func.body))
 
 
 def clear_cache() -> None:

@@ -27,6 +27,7 @@ from llvmlite import ir
 
 from .expr import (COMPARE_OPS, FLOAT_DTYPES, Binary, BinOp, Cast, Const, Select, Unary, UnOp,
                    Var, children)
+from .promote import promote
 from .ir import Allocate, Buffer, For, ForKind, IfThenElse, Load, PrimFunc, Scope, Seq, Store, walk_stmts
 
 LOCAL_STACK_LIMIT = 64 * 1024   # LOCAL buffers up to this size live on the stack
@@ -80,7 +81,7 @@ def codegen(func: PrimFunc) -> ir.Module:
         fg.bufs[buf] = arg
     fn.args[-1].name = "num_threads"
     fg.num_threads = fn.args[-1]
-    fg.emit_body(func.body)
+    fg.emit_body(promote(func.body))
     gen.module.uses_openmp = "GOMP_parallel" in gen.module.globals
     return gen.module
 
@@ -264,6 +265,44 @@ class ModuleGen:
             hit = self._memo[("vars", id(e))] = (tuple(sorted(names)), e)
         return hit[0]
 
+    def affine(self, e):
+        """``e`` as ``({key: coef}, const, atoms)``: a sum of loop variables and opaque atoms.
+
+        Keys are variable names (str) or atom identities (int, see :meth:`canon`);
+        ``atoms`` maps the latter to their (non-linear, load-free) expressions.
+        Returns None when ``e`` reads memory.  Memoized by identity.
+        """
+        hit = self._memo.get(("affine", id(e)))
+        if hit is None:
+            hit = self._memo[("affine", id(e))] = (self._affine(e), e)
+        return hit[0]
+
+    def _affine(self, e):
+        if isinstance(e, Const):
+            return {}, int(e.value), {}
+        if isinstance(e, Var):
+            return {e.name: 1}, 0, {}
+        if self.unsafe(e):
+            return None
+        if isinstance(e, Binary) and e.op in (BinOp.ADD, BinOp.SUB):
+            la, lb = self.affine(e.a), self.affine(e.b)
+            if la is not None and lb is not None:
+                sign = 1 if e.op is BinOp.ADD else -1
+                coefs = dict(la[0])
+                for k, c in lb[0].items():
+                    coefs[k] = coefs.get(k, 0) + sign * c
+                return ({k: c for k, c in coefs.items() if c}, la[1] + sign * lb[1],
+                        {**la[2], **lb[2]})
+        if isinstance(e, Binary) and e.op is BinOp.MUL:
+            for x, y in ((e.a, e.b), (e.b, e.a)):
+                if isinstance(y, Const):
+                    lx = self.affine(x)
+                    if lx is not None:
+                        c = int(y.value)
+                        return ({k: v * c for k, v in lx[0].items() if v * c}, lx[1] * c, lx[2])
+        key = self.canon(e)
+        return {key: 1}, 0, {key: e}
+
     def unsafe(self, e) -> bool:
         """Whether evaluating ``e`` speculatively could fault."""
         return self._query("unsafe", e, _unsafe_node)
@@ -312,6 +351,8 @@ class FunctionGen:
         self.anchors: list = [(_builder_before_terminator(prologue), {})]
         self.depth: dict = {}     # variable name -> index of its anchor (0 for constants)
         self.stack_slots: dict = {}   # id -> entry-block alloca (defined before any anchor)
+        self.vars64: dict = {}    # loop variable name -> its i64 counter
+        self.buf_depth: dict = {}     # heap buffer -> first anchor index its pointer dominates
 
     def emit_body(self, stmt) -> None:
         self.stmt(stmt)
@@ -393,30 +434,44 @@ class FunctionGen:
         if s.kind is ForKind.PARALLEL and not self.in_parallel and self.vec is None:
             self.parallel(s)
             return
+        if self.vec is None and _indexes_register_tile(s):
+            # Unrolled, every access to the small local tile has a constant
+            # index and SROA keeps the whole tile in registers.
+            self.loop(For(s.var, s.extent, ForKind.UNROLLED, s.body))
+            return
         self.serial_loop(s.var.name, ir.Constant(I32, 0), ir.Constant(I32, s.extent), s.body,
                          known_nonempty=True)
 
     def serial_loop(self, name, start, end, body, known_nonempty=False) -> None:
-        """``for name in range(start, end)`` as a rotated loop."""
+        """``for name in range(start, end)`` as a rotated loop with an i64 counter.
+
+        ``start``/``end`` are i32; the body sees the variable as i32 (a free
+        truncation) and addresses use the i64 counter, so no sign extension
+        runs per iteration.
+        """
+        start64, end64 = (ir.Constant(I64, v.constant) if isinstance(v, ir.Constant)
+                          else self.b.sext(v, I64) for v in (start, end))
         pre = self.b.block
         head, exit_ = self.block(f"{name}.loop"), self.block(f"{name}.exit")
         if known_nonempty:
             self.b.branch(head)
         else:
-            self.b.cbranch(self.b.icmp_signed("<", start, end), head, exit_)
+            self.b.cbranch(self.b.icmp_signed("<", start64, end64), head, exit_)
         self.b.position_at_end(head)
-        iv = self.b.phi(I32, name=name)
-        iv.add_incoming(start, pre)
+        iv64 = self.b.phi(I64, name=name)
+        iv64.add_incoming(start64, pre)
+        iv = self.b.trunc(iv64, I32, name=name + ".i32")
         first = self.block(f"{name}.body")
         self.b.branch(first)
         self.anchors.append((_builder_before_terminator(head), {}))
         self.b.position_at_end(first)
-        with scoped(self.vars, name, iv), scoped(self.depth, name, len(self.anchors) - 1):
+        with scoped(self.vars, name, iv), scoped(self.vars64, name, iv64), \
+                scoped(self.depth, name, len(self.anchors) - 1):
             self.stmt(body)
         self.anchors.pop()
-        nxt = self.b.add(iv, ir.Constant(I32, 1), flags=("nuw", "nsw"))
-        iv.add_incoming(nxt, self.b.block)
-        self.b.cbranch(self.b.icmp_signed("<", nxt, end), head, exit_)
+        nxt = self.b.add(iv64, ir.Constant(I64, 1), flags=("nuw", "nsw"))
+        iv64.add_incoming(nxt, self.b.block)
+        self.b.cbranch(self.b.icmp_signed("<", nxt, end64), head, exit_)
         self.b.position_at_end(exit_)
 
     def if_then_else(self, s: IfThenElse) -> None:
@@ -451,6 +506,7 @@ class FunctionGen:
             size = -(-nbytes // ALLOC_ALIGN) * ALLOC_ALIGN   # aligned_alloc wants a multiple
             alloc = self.mod.declare("aligned_alloc", PTR, [I64, I64])
             ptr = self.b.call(alloc, [ir.Constant(I64, ALLOC_ALIGN), ir.Constant(I64, size)])
+            self.buf_depth[buf] = len(self.anchors)     # loops opened from here on may hoist
         else:
             ptr = self.entry_alloca(ir.ArrayType(LLTYPE[buf.dtype], max(buf.size, 1)), ALLOC_ALIGN)
         with scoped(self.bufs, buf, ptr):
@@ -560,19 +616,101 @@ class FunctionGen:
         return ptr
 
     def address(self, buf: Buffer, indices):
+        """Pointer to the scalar element ``buf[indices]`` (a vector of pointers for gathers).
+
+        Affine offsets become a chain of pointers, one link per loop level that
+        contributes a term, each emitted in that loop's header and shared by
+        every access; the constant part is a final GEP at the access, which
+        instruction selection folds into the addressing mode.  So unrolled
+        accesses ``A[i + 0, k]`` .. ``A[i + 7, k]`` share one pointer per ``k``
+        and differ by displacements, with no help from LLVM's loop passes.
+        """
         # Under a lane mask the first lane's address may lie outside the buffer
         # (padding reads A[-1] in a masked-off lane): no inbounds there.
         inbounds = self.vec is None or self.vec.mask is None
-        base, off = self.base_pointer(buf), self.offset(buf, indices)
+        etype = LLTYPE[buf.dtype]
+        chain = self.affine_chain(buf, indices)
+        if chain is None:
+            off = self.offset(buf, indices)
+            return self.b.gep(self.base_pointer(buf), [off], inbounds=inbounds, source_etype=etype)
+        levels, const = chain
+        ptr = self.base_pointer(buf)
+        floor = self.buf_depth.get(buf, 0)       # heap buffers exist from their Allocate on
+        here = len(self.anchors) - 1
+        key = (id(ptr),)
+        for depth, terms in levels:
+            key += ((depth, tuple((k, c, id(v)) for k, c, v in terms)),)
+            at = max(depth, floor)
+            cache = self.anchors[at][1] if at <= here else None
+            hit = cache.get(key) if cache is not None else None
+            if hit is None:
+                saved = self.b
+                if cache is not None:
+                    self.b = self.anchors[at][0]
+                try:
+                    total = None
+                    for _, c, v in terms:
+                        t = v if c == 1 else self.b.mul(v, ir.Constant(I64, c), flags=("nsw",))
+                        total = t if total is None else self.b.add(total, t, flags=("nsw",))
+                    link = self.b.gep(ptr, [total], source_etype=etype)
+                finally:
+                    self.b = saved
+                hit = (link, ptr, terms)
+                if cache is not None:
+                    cache[key] = hit
+            ptr = hit[0]
+        if const or not levels:
+            ptr = self.b.gep(ptr, [ir.Constant(I64, const)], inbounds=inbounds, source_etype=etype)
+        return ptr
 
-        def gep():
-            return self.b.gep(base, [off], inbounds=inbounds, source_etype=LLTYPE[buf.dtype])
-        if not (isinstance(base, ir.Argument) or id(base) in self.stack_slots) \
-                or any(self.mod.unsafe(i) for i in indices):
-            return gep()      # a heap pointer is defined mid-function: no hoisting
-        names = sorted({n for i in indices for n in self.mod.free_vars(i)})
-        key = ("gep", id(base), inbounds, buf.shape, tuple(self.mod.canon(i) for i in indices))
-        return self.hoisted(key, names, gep, (base, indices))
+    def affine_chain(self, buf: Buffer, indices):
+        """``([(depth, [(key, coef, i64 value)])], const)`` for a scalar affine offset, else None."""
+        if len(indices) != len(buf.shape):
+            raise CodegenError(f"buffer {buf.name!r} has {len(buf.shape)} dimensions, "
+                               f"indexed with {len(indices)}")
+        coefs, const, atoms = {}, 0, {}
+        for idx, stride in zip(indices, strides(buf)):
+            aff = self.mod.affine(idx)
+            if aff is None:
+                return None
+            for k, c in aff[0].items():
+                coefs[k] = coefs.get(k, 0) + c * stride
+            const += aff[1] * stride
+            atoms.update(aff[2])
+        by_depth = {}
+        for k, c in coefs.items():
+            if c == 0:
+                continue
+            if isinstance(k, str):
+                v = self.vars.get(k)
+                if v is None:
+                    raise CodegenError(f"variable {k!r} is used but not bound by an enclosing loop")
+                depth = self.depth.get(k, 0)
+            else:
+                v = self.expr(atoms[k])
+                depth = max((self.depth.get(n, 0) for n in self.mod.free_vars(atoms[k])), default=0)
+            if isinstance(v.type, ir.VectorType):
+                return None
+            if isinstance(v, ir.Constant):
+                const += c * v.constant
+                continue
+            by_depth.setdefault(depth, []).append((k, c, self.wide(k, v, depth)))
+        levels = [(d, sorted(by_depth[d], key=lambda t: str(t[0]))) for d in sorted(by_depth)]
+        return levels, const
+
+    def wide(self, key, v, depth: int):
+        """i64 value of the i32 index ``v`` (a loop's own i64 counter when there is one)."""
+        if isinstance(key, str) and key in self.vars64:
+            return self.vars64[key]
+        anchor, cache = self.anchors[depth]
+        hit = cache.get(("sext", id(v)))
+        if hit is None:
+            saved, self.b = self.b, anchor
+            try:
+                hit = cache[("sext", id(v))] = (self.b.sext(v, I64), v)
+            finally:
+                self.b = saved
+        return hit[0]
 
     # -------------------------------------------------------- vector plumbing
     def const_like(self, like, value, scalar_ty):
@@ -772,6 +910,62 @@ def _fold_int(op, a, b):
     if op is BinOp.MUL and (ca == 0 or cb == 0):
         return ir.Constant(I32, 0) if not isinstance(a.type, ir.VectorType) else None
     return None
+
+
+REGISTER_TILE_UNROLL = 64      # max statements a register-tile loop may unroll into
+
+
+def _straight_line_size(body):
+    """Statements ``body`` expands to when fully unrolled (vectorized loops count once)."""
+    if isinstance(body, Seq):
+        total = 0
+        for c in body.stmts:
+            n = _straight_line_size(c)
+            if n is None:
+                return None
+            total += n
+        return total
+    if isinstance(body, For):
+        if body.kind is ForKind.VECTORIZED or body.extent <= 1:
+            return _straight_line_size(body.body)
+        if body.kind is ForKind.PARALLEL:
+            return None
+        n = _straight_line_size(body.body)
+        return None if n is None else n * body.extent
+    if isinstance(body, IfThenElse):
+        sizes = [_straight_line_size(x) for x in (body.then, body.otherwise) if x is not None]
+        return None if None in sizes else sum(sizes)
+    return 1
+
+
+def _indexes_register_tile(s: For) -> bool:
+    """Whether serial loop ``s`` walks a stack-resident LOCAL buffer and unrolls cheaply.
+
+    Such loops (typically the write-back of a ``cache_write`` tile) are
+    unrolled, inner serial loops included, so SROA can keep the tile in
+    registers; the size limit keeps the code small.
+    """
+    if s.kind is not ForKind.SERIAL:
+        return False
+    size = _straight_line_size(s.body)
+    if size is None or size * s.extent > REGISTER_TILE_UNROLL:
+        return False
+    name = s.var.name
+    for st in walk_stmts(s.body):
+        if not isinstance(st, Store):
+            continue
+        accesses = [(st.buffer, st.indices)]
+        stack = [st.value]
+        while stack:
+            n = stack.pop()
+            if isinstance(n, Load):
+                accesses.append((n.buffer, n.indices))
+            stack.extend(children(n))
+        for buf, idx in accesses:
+            if buf.scope is Scope.LOCAL and buf.nbytes <= LOCAL_STACK_LIMIT and any(
+                    _any_expr(i, lambda x: isinstance(x, Var) and x.name == name) for i in idx):
+                return True
+    return False
 
 
 def _vectorizable(body) -> bool:

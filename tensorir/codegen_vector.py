@@ -90,7 +90,13 @@ class VectorContext:
         return None
 
     def access(self, buf: Buffer, indices):
-        """Classify ``buf[indices]``: ("scalar", ptr), ("contig", ptr) or ("gather", ptrs)."""
+        """Classify ``buf[indices]``: ("scalar", ptr), ("contig", ptr), ("local", ptr) or ("gather", ptrs).
+
+        "local" is a contiguous access wholly inside a stack buffer at a
+        constant offset: under a mask it is done as a plain load/store plus a
+        select, which SROA can keep in registers (masked intrinsics on a
+        register tile would pin it to memory).
+        """
         fg = self.fg
         elt = LLTYPE[buf.dtype]
         parts = [self.linear(i) for i in indices]
@@ -101,6 +107,10 @@ class VectorContext:
             if coef == 0:
                 return "scalar", ptr
             if coef == 1:
+                if self.mask is not None and id(fg.bufs.get(buf)) in fg.stack_slots:
+                    chain = fg.affine_chain(buf, rests)
+                    if chain is not None and not chain[0] and 0 <= chain[1] <= buf.size - self.lanes:
+                        return "local", ptr
                 return "contig", ptr
             steps = ir.Constant(ir.VectorType(I64, self.lanes), [coef * k for k in range(self.lanes)])
             return "gather", self.vector_gep(ptr, steps, elt)
@@ -170,6 +180,8 @@ class VectorContext:
                                   [ptr, align_c, self.any_lane(), ir.Constant(one, None)])
             return fg.b.extract_element(v, ir.Constant(I32, 0))
         zero = ir.Constant(vty, None)
+        if kind == "local":
+            return fg.b.select(self.mask, fg.b.load(ptr, typ=vty, align=align), zero)
         if kind == "contig":
             if self.mask is None:
                 return fg.b.load(ptr, typ=vty, align=align)
@@ -196,6 +208,10 @@ class VectorContext:
         if not isinstance(value.type, ir.VectorType):
             value = fg.broadcast(value, self.lanes)
         vty = value.type
+        if kind == "local":
+            old = fg.b.load(ptr, typ=vty, align=align)
+            fg.b.store(fg.b.select(self.mask, value, old), ptr, align=align)
+            return
         if kind == "contig":
             if self.mask is None:
                 fg.b.store(value, ptr, align=align)

@@ -653,3 +653,101 @@ def test_export_library_without_compiler(tmp_path, monkeypatch):
     monkeypatch.setattr(B.shutil, "which", lambda name: None)
     with pytest.raises(B.ToolchainError, match="needs a C compiler"):
         k.export_library(tmp_path / "x.so")
+
+
+# ---------------------------------------------------------------- fast pipeline support
+
+def _row_sum(n, m, vec=False):
+    """acc[i] = sum_k X[i, k], k outer, i inner (vectorized or serial): acc is invariant in k... per i."""
+    X, acc = buf("X", (n, m)), buf("acc", (n,))
+    i, k = Var("i"), Var("k")
+    init = loop(i, n, st(acc, [i], c(0.0)), VECTORIZED if vec else SERIAL)
+    upd = loop(k, m, loop(i, n, st(acc, [i], Binary(BinOp.ADD, ld(acc, i), ld(X, i, k))),
+                          VECTORIZED if vec else SERIAL))
+    return PrimFunc("row_sum", (X, acc), seq(init, upd))
+
+
+def test_promote_keeps_vector_accumulator_of_serial_loop():
+    from tensorir.promote import invariant_elements, promote
+    f = _row_sum(16, 37, vec=True)
+    upd = f.body.stmts[1]
+    (found,) = invariant_elements(upd)
+    assert found[0].name == "acc" and found[2] is not None and found[2].kind is VECTORIZED
+    out = promote(f.body)
+    text = str(PrimFunc("p", f.params, out))
+    assert "acc.reg0" in text
+    x, a = rand((16, 37)), np.zeros(16, np.float32)
+    run(f, x, a)
+    np.testing.assert_allclose(a, x.sum(1), rtol=1e-5, atol=1e-5)
+
+
+def test_promote_refuses_unsafe_elements():
+    from tensorir.promote import invariant_elements
+    X, acc = buf("X", (8, 9)), buf("acc", (8,))
+    i, k = Var("i"), Var("k")
+    # element depends on a serial inner loop: not one element
+    upd = loop(k, 9, loop(i, 8, st(acc, [i], Binary(BinOp.ADD, ld(acc, i), ld(X, i, k)))))
+    assert invariant_elements(upd) == []
+    # conditional store: the element might never be written
+    cond = Binary(BinOp.LT, k, Const(3, "int32"))
+    upd = loop(k, 9, IfThenElse(cond, st(acc, [0], Binary(BinOp.ADD, ld(acc, 0), ld(X, 0, k)))))
+    assert invariant_elements(upd) == []
+    # two different elements of one buffer: a load of acc[1] could see a stale value
+    upd = loop(k, 9, seq(st(acc, [0], Binary(BinOp.ADD, ld(acc, 1), ld(X, 0, k)))))
+    assert invariant_elements(upd) == []
+    # scalar accumulator: promoted
+    upd = loop(k, 9, st(acc, [2], Binary(BinOp.ADD, ld(acc, 2), ld(X, 2, k))))
+    assert [(b.name, v) for b, _, v in invariant_elements(upd)] == [("acc", None)]
+
+
+@pytest.mark.parametrize("vec", [False, True])
+def test_promoted_reductions_match_numpy_on_both_pipelines(vec):
+    f = _row_sum(13 if not vec else 16, 29, vec=vec)
+    x = rand(f.params[0].shape)
+    for cfg in (runtime.OptConfig(pipeline="fast"), runtime.OptConfig(pipeline="default")):
+        a = np.full(f.params[1].shape, 7.0, np.float32)
+        compile_func(f, cfg)(x, a)
+        np.testing.assert_allclose(a, x.sum(1), rtol=1e-5, atol=1e-5)
+
+
+def test_masked_register_tile_keeps_masked_lanes():
+    """A masked store into a stack tile (plain load/select/store) leaves masked-off lanes alone."""
+    A, out = buf("A", (16,)), buf("out", (16,))
+    T = buf("T", (16,), scope=Scope.LOCAL)
+    j = Var("j")
+    fill = loop(j, 16, st(T, [j], c(5.0)), VECTORIZED)
+    cond = Binary(BinOp.LT, j, Const(11, "int32"))
+    masked = loop(j, 16, IfThenElse(cond, st(T, [j], Binary(BinOp.ADD, ld(T, j), ld(A, j)))), VECTORIZED)
+    back = loop(j, 16, st(out, [j], ld(T, j)), VECTORIZED)
+    f = PrimFunc("masked_tile", (A, out), Allocate(T, seq(fill, masked, back)))
+    a = rand(16)
+    for cfg in (runtime.OptConfig(pipeline="fast"), runtime.OptConfig(pipeline="default")):
+        o = np.zeros(16, np.float32)
+        compile_func(f, cfg)(a, o)
+        expect = np.full(16, 5.0, np.float32)
+        expect[:11] += a[:11]
+        np.testing.assert_allclose(o, expect, rtol=1e-6)
+
+
+def test_fast_and_default_pipelines_agree_on_a_tiled_matmul():
+    from schedules import Schedule
+    from tensorir import ops
+    lanes = runtime.host_target()["vector_bits"] // 32
+    s = Schedule(ops.matmul(37, 2 * lanes + 3, 19)).cache_write("C")
+    s = s.tile(["C.i", "C.j"], [5, lanes]).compute_at("C_local", "C.j.0")
+    s = s.reorder("C_local.k", "C_local.i", "C_local.j").unroll("C_local.i").vectorize("C_local.j")
+    s = s.vectorize("C.j.1")
+    f = s.lower()
+    a, b = rand((37, 19)), rand((19, 2 * lanes + 3))
+    outs = []
+    for cfg in (runtime.OptConfig(pipeline="fast"), runtime.OptConfig(pipeline="default")):
+        o = np.zeros((37, 2 * lanes + 3), np.float32)
+        compile_func(f, cfg)(a, b, o)
+        outs.append(o)
+    np.testing.assert_allclose(outs[0], a @ b, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(outs[1], outs[0], rtol=1e-5, atol=1e-5)
+
+
+def test_opt_config_rejects_unknown_pipeline():
+    with pytest.raises(ValueError, match="pipeline"):
+        runtime.OptConfig(pipeline="O7")

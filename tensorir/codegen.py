@@ -539,7 +539,9 @@ class FunctionGen:
 
         # GOMP_parallel runs void(ptr data) on every thread: unpack the closure.
         closure_ty = ir.LiteralStructType(types)
-        tramp = self.mod.internal_function(name, [PTR])
+        # The trampoline is cold glue: optnone spares it the optimizer and
+        # instruction selection proper (about a millisecond per function).
+        tramp = self.mod.internal_function(name, [PTR], "noinline", "optnone")
         tb = ir.IRBuilder(tramp.append_basic_block("entry"))
         tb.call(worker, [tb.load(_field(tb, tramp.args[0], closure_ty, i), typ=t)
                          for i, t in enumerate(types)])

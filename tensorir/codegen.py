@@ -429,7 +429,13 @@ class FunctionGen:
         if s.kind is ForKind.VECTORIZED and self.vec is None and s.extent <= MAX_VECTOR_LANES \
                 and _vectorizable(s.body):
             from .codegen_vector import VectorContext   # (it imports this module)
-            VectorContext(self, s).emit()
+            for off, lanes in vector_chunks(s.extent, self.native_lanes()):
+                body = s.body if off == 0 else _shift_var(s.body, s.var, off)
+                if lanes == 1:      # a last odd lane: plain scalar code
+                    with scoped(self.vars, s.var.name, self.mod.i32(0)):
+                        self.stmt(body)
+                else:
+                    VectorContext(self, For(s.var, lanes, s.kind, body)).emit()
             return
         if s.kind is ForKind.PARALLEL and not self.in_parallel and self.vec is None:
             self.parallel(s)
@@ -441,6 +447,11 @@ class FunctionGen:
             return
         self.serial_loop(s.var.name, ir.Constant(I32, 0), ir.Constant(I32, s.extent), s.body,
                          known_nonempty=True)
+
+    @staticmethod
+    def native_lanes() -> int:
+        from .runtime import host_target
+        return max(4, host_target()["vector_bits"] // 32)
 
     def serial_loop(self, name, start, end, body, known_nonempty=False) -> None:
         """``for name in range(start, end)`` as a rotated loop with an i64 counter.
@@ -968,6 +979,50 @@ def _indexes_register_tile(s: For) -> bool:
                     _any_expr(i, lambda x: isinstance(x, Var) and x.name == name) for i in idx):
                 return True
     return False
+
+
+def vector_chunks(extent: int, native: int) -> list:
+    """``[(offset, lanes)]`` covering ``range(extent)`` with vector widths LLVM handles well.
+
+    A power-of-two extent stays one vector (LLVM splits it into registers);
+    any other is cut into ``native``-lane pieces plus power-of-two remainders
+    (48 -> 16+16+16, 58 -> 16+16+16+8+2): LLVM legalizes a ``<48 x float>``
+    into element-by-element inserts, many times slower.
+    """
+    if extent & (extent - 1) == 0:
+        return [(0, extent)]
+    out, off = [], 0
+    while extent - off >= native:
+        out.append((off, native))
+        off += native
+    while off < extent:
+        lanes = 1 << ((extent - off).bit_length() - 1)
+        out.append((off, lanes))
+        off += lanes
+    return out
+
+
+def _shift_var(body, var: Var, off: int):
+    """``body`` with ``var`` replaced by ``var + off``."""
+    from .rewrite import substitute
+    shifted = {var: Binary(BinOp.ADD, var, Const(off, "int32"))}
+
+    def e(x):
+        return substitute(x, shifted)
+
+    def go(st):
+        if isinstance(st, Seq):
+            return Seq(tuple(go(c) for c in st.stmts))
+        if isinstance(st, For):
+            return For(st.var, st.extent, st.kind, go(st.body))
+        if isinstance(st, Allocate):
+            return Allocate(st.buffer, go(st.body))
+        if isinstance(st, IfThenElse):
+            return IfThenElse(e(st.cond), go(st.then), None if st.otherwise is None else go(st.otherwise))
+        if isinstance(st, Store):
+            return Store(st.buffer, tuple(e(i) for i in st.indices), e(st.value))
+        raise CodegenError(f"cannot generate code for statement {type(st).__name__}")
+    return go(body)
 
 
 def _vectorizable(body) -> bool:

@@ -81,6 +81,7 @@ class _Lowering:
         self.ranges: dict = {}      # Var -> (lo, hi) of every loop variable in scope or known
         self.bound: set = set()     # loop variables of the loops currently open
         self.no_version = 0         # > 0 while emitting the guarded (edge-tile) copy of a nest
+        self.known: list = []     # version checks known true here (the fast copy of an enclosing version)
         self.var_kind: dict = {}    # loop Var -> ForKind, for every stage's leaf loops
         self.attached: dict = {}
         for s in graph.stages:
@@ -317,6 +318,9 @@ class _Lowering:
             if whole is None:
                 continue
             whole = simplify(whole, self.ranges)
+            if whole in self.known:     # an enclosing version already checked it
+                dropped.append(c)
+                continue
             if isinstance(whole, Const):
                 if whole.value:
                     dropped.append(c)
@@ -327,7 +331,11 @@ class _Lowering:
             if dropped:
                 return build([c for c in pending if c not in dropped])
             return build(pending)
-        fast = build([c for c in pending if c not in dropped])
+        self.known.extend(checks)
+        try:
+            fast = build([c for c in pending if c not in dropped])
+        finally:
+            del self.known[len(self.known) - len(checks):]
         self.no_version += 1
         try:
             slow = build(pending)
@@ -349,6 +357,8 @@ class _Lowering:
         cond = None
         for c, _ in conds:
             c = simplify(c, self.ranges)
+            if c in self.known:
+                continue
             if isinstance(c, Const):
                 if c.value:
                     continue

@@ -751,3 +751,49 @@ def test_fast_and_default_pipelines_agree_on_a_tiled_matmul():
 def test_opt_config_rejects_unknown_pipeline():
     with pytest.raises(ValueError, match="pipeline"):
         runtime.OptConfig(pipeline="O7")
+
+
+def test_vector_chunks_cover_the_extent_with_power_of_two_pieces():
+    from tensorir.codegen import vector_chunks
+    assert vector_chunks(32, 16) == [(0, 32)]
+    assert vector_chunks(48, 16) == [(0, 16), (16, 16), (32, 16)]
+    assert vector_chunks(58, 16) == [(0, 16), (16, 16), (32, 16), (48, 8), (56, 2)]
+    assert vector_chunks(7, 8) == [(0, 4), (4, 2), (6, 1)]
+    for n in range(1, 70):
+        chunks = vector_chunks(n, 8)
+        assert [o for o, _ in chunks] == list(np.cumsum([0] + [w for _, w in chunks[:-1]]))
+        assert sum(w for _, w in chunks) == n and all(w & (w - 1) == 0 for _, w in chunks)
+
+
+@pytest.mark.parametrize("n", [23, 48, 58])
+def test_non_power_of_two_vector_loops_with_masks_and_shifted_reads(n):
+    """Vector loops cut into chunks: masked stores, reads at var+1, a reduction tile."""
+    A, out = buf("A", (3, n + 1)), buf("out", (3, n))
+    i, j = Var("i"), Var("j")
+    cond = Binary(BinOp.LT, j, Const(n - 3, "int32"))
+    val = Binary(BinOp.MUL, ld(A, i, Binary(BinOp.ADD, j, Const(1, "int32"))), c(2.0))
+    body = loop(i, 3, seq(loop(j, n, st(out, [i, j], c(-1.0)), VECTORIZED),
+                          loop(j, n, IfThenElse(cond, st(out, [i, j], val)), VECTORIZED)))
+    f = PrimFunc(f"chunks{n}", (A, out), body)
+    a, o = rand((3, n + 1)), np.zeros((3, n), np.float32)
+    run(f, a, o)
+    want = np.full((3, n), -1.0, np.float32)
+    want[:, :n - 3] = 2 * a[:, 1:n - 2]
+    np.testing.assert_allclose(o, want, rtol=1e-6)
+
+
+def test_attached_stage_is_not_versioned_again_inside_the_full_tile_copy():
+    """The consumer's full-tile copy already checked the edge condition the attached producer needs."""
+    from schedules import Schedule
+    from tensorir import ops
+    s = Schedule(ops.matmul(40, 70, 9)).cache_write("C").tile(["C.i", "C.j"], [4, 24])
+    s = s.split("C.i.0", factor=2).reorder("C.i.0.0", "C.j.0", "C.i.0.1")
+    s = s.compute_at("C_local", "C.i.0.1").reorder("C_local.k", "C_local.i", "C_local.j")
+    s = s.unroll("C_local.i").vectorize("C_local.j").vectorize("C.j.1")
+    f = s.lower()
+    text = str(f)
+    assert text.count("if C.j.0 * 24 < 47:") == 1, text
+    a, b = rand((40, 9)), rand((9, 70))
+    o = np.zeros((40, 70), np.float32)
+    run(f, a, b, o)
+    np.testing.assert_allclose(o, a @ b, rtol=1e-4, atol=1e-4)

@@ -95,6 +95,19 @@ def test_random_search_without_cost_model(tmp_path):
     assert res.trials == 4 and res.best is not None
 
 
+def test_exhausted_space_stops_with_a_reason(tmp_path):
+    """An elementwise op on 6 elements has a handful of distinct loop nests: no spinning to 64."""
+    import tuner.search as S
+    path = tmp_path / "tiny.py"
+    path.write_text("from tensorir import te\n\ndef tiny(n=6):\n    x = te.placeholder((n,), 'float32', 'x')\n"
+                    "    return [x, te.compute((n,), lambda i: x[i] * 2.0, 'y')]\n")
+    spec = WorkloadSpec.parse(f"{path}:tiny")
+    res = Tuner(spec, small_config(64, cost_model=False), log=TuningLog(tmp_path / "l")).run()
+    assert res.best is not None and 1 <= res.trials < 64
+    assert res.stop_reason and "exhausted" in res.stop_reason
+    assert res.asked < res.trials + 4 * S.STALE_ASKS
+
+
 def test_generated_space_invalid_share_is_zero_on_user_stencil(tmp_path):
     path = tmp_path / "ops.py"
     path.write_text(STENCIL)

@@ -170,7 +170,7 @@ def cmd_tune(args) -> int:
     out = {"workload": spec.name, "params": spec.params, "trials": result.trials, "resumed": result.resumed,
            "best_gflops": None, "best_latency_s": None, "default_gflops": None, "numpy_gflops": None,
            "errors": dict(result.errors), "invalid": result.invalid, "asked": result.asked,
-           "tune_seconds": round(result.tune_seconds, 3), "log": log.path}
+           "tune_seconds": round(result.tune_seconds, 3), "log": log.path, "stop_reason": result.stop_reason}
     t90 = result.time_to_fraction(0.9)
     out["time_to_90pct"] = {"trials": t90[0], "seconds": round(t90[1], 3)} if t90 else None
     best = result.best
@@ -190,6 +190,8 @@ def cmd_tune(args) -> int:
     print(f"trials        {result.trials} measured in {result.tune_seconds:.1f} s "
           f"({result.invalid} invalid of {result.asked} asked; errors: {dict(result.errors) or 'none'})"
           + (f"; {result.resumed} earlier records resumed" if result.resumed else ""))
+    if result.stop_reason:
+        print(f"stopped early: {result.stop_reason}")
     print(f"best          {tuned_s * 1e3:.3f} ms  {gf(tuned_s):.1f} GFLOP/s  (timed again here, side by side)")
     if numpy_s:
         print(f"numpy         {numpy_s * 1e3:.3f} ms  {gf(numpy_s):.1f} GFLOP/s  -> tuned/numpy "

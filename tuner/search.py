@@ -77,6 +77,7 @@ class TuneResult:
     history: list                    # (measured index, seconds since start, gflops, best so far)
     tune_seconds: float
     log: str | None
+    stop_reason: str | None = None   # why fewer than the requested trials were measured
 
     @property
     def best_gflops(self) -> float:
@@ -95,6 +96,9 @@ class TuneResult:
             if best >= goal and goal > 0:
                 return n, secs
         return None
+
+
+STALE_ASKS = 96     # consecutive proposals with nothing new before a space counts as exhausted
 
 
 def make_sampler(name: str, seed: int):
@@ -281,12 +285,15 @@ class Tuner:
         best = max((r for r in previous if r.ok), key=lambda r: r.gflops or 0.0, default=None)
         errors, history = Counter(), []
         measured = invalid = asked = 0
+        stale = 0            # consecutive asks that brought nothing new
+        stop_reason = None
         mcfg = cfg.measure
         if cfg.threads is not None and mcfg.threads is None:
             mcfg.threads = cfg.threads
         with Measurer(self.spec, mcfg) as measurer:
             while measured < cfg.trials:
                 if cfg.timeout_s is not None and time.perf_counter() - start > cfg.timeout_s:
+                    stop_reason = f"timeout of {cfg.timeout_s:g} s reached"
                     break
                 want = min(cfg.batch_size, cfg.trials - measured)
                 use_model = model is not None and model.is_trained
@@ -309,8 +316,14 @@ class Tuner:
                         fresh.add(key)
                         seen_funcs.add(cand.func)
                         pool.append(cand)
-                if asked > 50 * cfg.trials and not pool:
-                    break  # the space yields nothing new: stop rather than spin
+                        stale = -1
+                    stale += 1
+                if not pool and stale >= max(STALE_ASKS, 4 * n_ask):
+                    # A small space is used up (every proposal repeats a measured loop
+                    # nest): stop rather than spin.
+                    stop_reason = (f"search space exhausted: the last {stale} proposals all repeated "
+                                   "schedules already measured")
+                    break
                 picked, rest = self._pick(pool, want, model if use_model else None)
                 for cand in rest:
                     study.tell(cand.trial, state=optuna.trial.TrialState.FAIL)  # unmeasured: withdrawn
@@ -342,7 +355,8 @@ class Tuner:
             except OSError:
                 pass  # the model is a cache; the log holds the data
         return TuneResult(self.spec, best, measured, len(previous), errors, invalid, asked, history,
-                          time.perf_counter() - start, str(self.log.path) if self.log is not None else None)
+                          time.perf_counter() - start, str(self.log.path) if self.log is not None else None,
+                          stop_reason)
 
     def _pick(self, pool: list, want: int, model):
         """Top of the model's ranking plus an epsilon share at random; sampler order without a model."""

@@ -307,7 +307,8 @@ class GeneratedSpace:
 
 
 class _Heuristic(DecisionSource):
-    """Good-on-average choices: register tile ~ 6 x 2 vectors, pack, cache_write, parallel."""
+    """Good-on-average choices: register tile of 2 vectors x 6 rows (16 vector registers) or
+    8 rows (32 registers), inner reduction not unrolled, pack, cache_write, parallel."""
 
     def __init__(self, space: GeneratedSpace):
         super().__init__()
@@ -318,9 +319,10 @@ class _Heuristic(DecisionSource):
         if choices == [True, False]:
             return True  # inline, pack, cache_write, parallel, unroll, compute_at: on
         lanes = self.space.lanes("float32")
-        want = {"t3": 2 * lanes, "t2": 1, "t1": 8, "r1": 4, "vector": lanes}.get(key.split("_")[0], choices[0])
+        want = {"t3": 2 * lanes, "t2": 1, "t1": 8, "r1": 1, "vector": lanes}.get(key.split("_")[0], choices[0])
         if key == "t3" and max(choices) < want:
-            want = 6 if 6 in choices else choices[-1]
+            rows = 8 if self.space.registers >= 32 else 6
+            want = rows if rows in choices else choices[-1]
         return min(choices, key=lambda c: (abs(c - want), c)) if isinstance(choices[0], int) else choices[0]
 
 

@@ -29,7 +29,7 @@ from tensorir.te import AxisKind
 from .schedule import Schedule
 
 MAX_LANES = 64
-MAX_UNROLLED_BODY = 64   # register-tile rows x inner reduce iterations emitted as straight-line code
+MAX_UNROLLED_BODY = 64   # vector FMAs (tile rows x vectors per row x inner reduce iterations) unrolled
 
 
 # ------------------------------------------------------------ decision sources
@@ -112,6 +112,17 @@ class SpaceOptions:
         return cls(vector_bits=t["vector_bits"], cores=t["num_cores"])
 
 
+def _prefer_divisors(n: int, choices: list) -> list:
+    """The choices that divide ``n`` when there are at least three of them, else all.
+
+    A tile that divides its loop needs no guard and no versioned edge copy
+    (less code, faster compiles); extents with few divisors (odd sizes,
+    primes) keep the non-dividing tiles, whose edges are guarded.
+    """
+    dividing = [c for c in choices if n % c == 0]
+    return dividing if len(dividing) >= 3 else choices
+
+
 def _divisors(n: int, limit: int) -> list:
     return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
 
@@ -145,10 +156,14 @@ class GeneratedSpace:
 
     @staticmethod
     def small_choices(n: int, options=(1, 2, 3, 4, 6, 8, 12, 16)) -> list:
-        return sorted({c for c in options if c <= n} | {1})
+        return _prefer_divisors(n, sorted({c for c in options if c <= n} | {1}))
 
     @staticmethod
     def level_choices(n: int) -> list:
+        """Outer tile counts: the divisors of ``n`` up to 32 (7 -> [1, 7]); for a prime, powers of two."""
+        divisors = _divisors(n, 32)
+        if len(divisors) >= 2 or n == 1:
+            return divisors
         return sorted({c for c in (1, 2, 4, 8, 16, 32) if c <= n} | {1})
 
     # ------------------------------------------------------------------ apply
@@ -248,7 +263,7 @@ class GeneratedSpace:
               for lp in spatial}
         r1 = {lp: src.choose(f"{lp}.r1", [1, 2, 4, 8, 16] if ext[lp] >= 16 else _divisors(ext[lp], 16))
               for lp in reduce}
-        body = 1
+        body = max(1, -(-t3[vec_axis] // lanes))    # vector instructions per tile row
         for lp in spatial[:-1]:
             body *= t3[lp]
         for lp in reduce:

@@ -238,3 +238,42 @@ def test_cli_bad_user_function(tmp_path, capsys, func, pattern):
     assert code == 2 and "Traceback" not in err
     import re
     assert re.search(pattern, err), err
+
+
+def test_asks_prepared_ahead_pause_while_kernels_are_timed(tmp_path, monkeypatch):
+    """The next round's asks run during compilation but never while the runner times a kernel."""
+    import threading
+    import time as _time
+    import tuner.search as S
+    from tuner.measure import Measurer
+    state = {"timing": False, "overlaps": 0, "threaded": 0}
+    real_prepare, real_measure = S.Tuner._prepare, Measurer.measure
+
+    def prepare(self, trial, decisions=None):
+        if threading.current_thread() is not threading.main_thread():
+            state["threaded"] += 1
+        for _ in range(5):      # slow asks: the background thread is still busy when timing starts
+            if state["timing"]:
+                state["overlaps"] += 1
+            _time.sleep(0.01)
+        return real_prepare(self, trial, decisions)
+
+    def measure(self, candidates, before_timing=None):
+        def hook():
+            if before_timing is not None:
+                before_timing()
+            state["timing"] = True
+        try:
+            return real_measure(self, candidates, before_timing=hook)
+        finally:
+            state["timing"] = False
+
+    monkeypatch.setattr(S.Tuner, "_prepare", prepare)
+    monkeypatch.setattr(Measurer, "measure", measure)
+    spec = WorkloadSpec.parse("matmul", ["M=24", "N=40", "K=16"])
+    res = Tuner(spec, small_config(12), log=TuningLog(tmp_path / "l")).run()
+    assert res.trials == 12 and res.best is not None
+    assert state["threaded"] > 0, "later rounds' asks should be prepared in the background"
+    assert state["overlaps"] == 0
+    recs = TuningLog(tmp_path / "l").records()
+    assert len(recs) == res.trials + res.invalid

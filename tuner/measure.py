@@ -21,7 +21,10 @@ How timings are protected from noise
   process that does nothing else.  Inputs, output buffers and the reference
   outputs are allocated once per workload; each candidate is linked into the
   JIT before its clock starts, and Python's garbage collector is off while
-  timing.  The parent only sleeps on the runner's pipe meanwhile.
+  timing.  The parent only sleeps on the runner's pipe meanwhile (the tuner's
+  thread that prepares the next round's candidates during compilation is
+  paused through ``measure(..., before_timing=...)`` before the first kernel
+  is timed).
 - **No compiling while timing.**  With ``threads`` equal to the number of
   cores (the default), a batch is first compiled by builder processes that use
   every core; timing starts only once all builds of the batch are done and the
@@ -268,6 +271,7 @@ class Measurer:
         self._runner = None
         self._objects: OrderedDict = OrderedDict()   # PrimFunc -> (object, uses_openmp, compile_seconds)
         self._started = False
+        self._before_timing = None
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> "Measurer":
@@ -312,13 +316,16 @@ class Measurer:
         from schedules.schedule import Schedule
         return self.measure([Schedule(self.spec.tensors())])[0]
 
-    def measure(self, candidates: list) -> list:
+    def measure(self, candidates: list, before_timing=None) -> list:
         """Measure candidates; one :class:`MeasureResult` each, in order.  Never raises.
 
         Parameters
         ----------
         candidates : list
             Schedules, traces (dict or JSON text) or PrimFuncs of this workload.
+        before_timing : callable, optional
+            Called once, just before the first kernel is sent to the runner
+            (e.g. to pause other work in this process while kernels are timed).
 
         Returns
         -------
@@ -349,6 +356,7 @@ class Measurer:
                     waiting.setdefault(func, []).append(i)
             except Exception as err:  # noqa: BLE001 - e.g. a hand-made PrimFunc holding unhashable parts
                 results[i] = _fail("lower", f"malformed PrimFunc: {type(err).__name__}: {err}")
+        self._before_timing = before_timing
         try:
             self._run_batch(results, waiting, ready)
         except Exception as err:  # noqa: BLE001 - measure() never raises; the workers are reset
@@ -381,6 +389,9 @@ class Measurer:
                         b.send(("build", func))
                         building[b] = (func, now + cfg.timeout_s)
             if running is None and ready and (self.overlap or not (pending or building)):
+                if self._before_timing is not None:
+                    hook, self._before_timing = self._before_timing, None
+                    hook()
                 i = ready.popleft()
                 running = self._send_run(i, results)
             conns = {b.conn: b for b in building}

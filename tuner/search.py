@@ -4,7 +4,10 @@ Each round:
 
 1. ask ``batch_size * asks_per_measure`` trials from the Optuna study; each
    trial's decisions build a schedule through the search space and are lowered
-   (an illegal combination is recorded as an invalid candidate);
+   (an illegal combination is recorded as an invalid candidate).  From the
+   second round on, this runs in a thread while the previous round compiles
+   (it pauses while kernels are timed), so its first asks do not yet see the
+   previous round's results;
 2. the XGBoost cost model ranks the lowered candidates by predicted speed
    (before it has data, the sampler's order is kept);
 3. the top ``batch_size`` minus an epsilon share are measured, plus the epsilon
@@ -278,85 +281,91 @@ class Tuner:
         cfg = self.config
         start = time.perf_counter()
         previous = self.log.for_workload(self.spec.key, self.target) if self.log is not None else []
-        seen = {decision_key(r.decisions) for r in previous}
-        seen_funcs: set = set()   # lowered loop nests already measured or picked in this run
+        st = _RunState(seen={decision_key(r.decisions) for r in previous})
         study = self._study(previous)
         model = self._cost_model(previous)
         best = max((r for r in previous if r.ok), key=lambda r: r.gflops or 0.0, default=None)
-        errors, history = Counter(), []
-        measured = invalid = asked = 0
-        stale = 0            # consecutive asks that brought nothing new
+        history = []
+        measured = 0
         stop_reason = None
         mcfg = cfg.measure
         if cfg.threads is not None and mcfg.threads is None:
             mcfg.threads = cfg.threads
+        fail = optuna.trial.TrialState.FAIL
+        nxt = None       # the next round's asks, prepared while this round compiles
         with Measurer(self.spec, mcfg) as measurer:
-            while measured < cfg.trials:
-                if cfg.timeout_s is not None and time.perf_counter() - start > cfg.timeout_s:
-                    stop_reason = f"timeout of {cfg.timeout_s:g} s reached"
-                    break
-                want = min(cfg.batch_size, cfg.trials - measured)
-                use_model = model is not None and model.is_trained
-                n_ask = want * (cfg.asks_per_measure if use_model else 1)
-                pool, fresh = [], set()
-                for _ in range(max(n_ask, want)):
-                    cand = self._prepare(study.ask())
-                    asked += 1
-                    key = decision_key(cand.decisions)
-                    if cand.error is not None:
-                        invalid += 1
-                        errors[cand.error.error_kind] += 1
-                        study.tell(cand.trial, 0.0)
+            try:
+                while measured < cfg.trials:
+                    if cfg.timeout_s is not None and time.perf_counter() - start > cfg.timeout_s:
+                        stop_reason = f"timeout of {cfg.timeout_s:g} s reached"
+                        break
+                    want = min(cfg.batch_size, cfg.trials - measured)
+                    if nxt is None:
+                        nxt = _Asker(self, study, st, self._n_ask(want, model))
+                        nxt.run()
+                    pool = nxt.take()
+                    nxt = None
+                    if not pool and st.stale >= max(STALE_ASKS, 4 * self._n_ask(want, model)):
+                        # A small space is used up (every proposal repeats a measured loop
+                        # nest): stop rather than spin.
+                        stop_reason = (f"search space exhausted: the last {st.stale} proposals all "
+                                       "repeated schedules already measured")
+                        break
+                    picked, rest = self._pick(pool, want, model if model is not None and model.is_trained
+                                              else None)
+                    for cand in rest:
+                        study.tell(cand.trial, state=fail)  # unmeasured: withdrawn
+                        st.seen_funcs.discard(cand.func)
+                        st.fresh.discard(decision_key(cand.decisions))
+                    # The next round's asks (Optuna sampling, lowering, features) run in
+                    # a thread while this round compiles, and pause before timing starts.
+                    left = cfg.trials - measured - len(picked)
+                    if left > 0:
+                        nxt = _Asker(self, study, st, self._n_ask(min(cfg.batch_size, left), model))
+                        nxt.start()
+                    results = measurer.measure([c.func for c in picked],
+                                               before_timing=nxt.pause if nxt is not None else None)
+                    if nxt is not None:
+                        nxt.pause()    # (no-op if timing paused it) results are told with it idle
+                    feats, thr = [], []
+                    for cand, res in zip(picked, results):
+                        rec = self._record(cand, res)
                         if self.log is not None:
-                            self.log.append(self._record(cand, cand.error))
-                    elif key in seen or key in fresh or cand.func in seen_funcs:
-                        # the same decisions, or other decisions giving an identical loop nest: withdrawn
-                        study.tell(cand.trial, state=optuna.trial.TrialState.FAIL)
-                    else:
-                        fresh.add(key)
-                        seen_funcs.add(cand.func)
-                        pool.append(cand)
-                        stale = -1
-                    stale += 1
-                if not pool and stale >= max(STALE_ASKS, 4 * n_ask):
-                    # A small space is used up (every proposal repeats a measured loop
-                    # nest): stop rather than spin.
-                    stop_reason = (f"search space exhausted: the last {stale} proposals all repeated "
-                                   "schedules already measured")
-                    break
-                picked, rest = self._pick(pool, want, model if use_model else None)
-                for cand in rest:
-                    study.tell(cand.trial, state=optuna.trial.TrialState.FAIL)  # unmeasured: withdrawn
-                    seen_funcs.discard(cand.func)
-                results = measurer.measure([c.func for c in picked])
-                feats, thr = [], []
-                for cand, res in zip(picked, results):
-                    rec = self._record(cand, res)
-                    if self.log is not None:
-                        self.log.append(rec)
-                    seen.add(decision_key(cand.decisions))
-                    gf = rec.gflops if rec.ok and rec.gflops else 0.0
-                    study.tell(cand.trial, gf)
-                    if not rec.ok:
-                        errors[rec.error_kind] += 1
-                    elif best is None or gf > (best.gflops or 0.0):
-                        best = rec
-                    measured += 1
-                    history.append((measured, time.perf_counter() - start, gf, best.gflops if best else 0.0))
-                    feats.append(cand.features)
-                    thr.append(gf)
-                if model is not None and feats:
-                    model.update(np.stack(feats), np.array(thr), [self.spec.key] * len(feats))
-                self.progress({"measured": measured, "trials": cfg.trials, "best_gflops": best.gflops if best
-                               else 0.0, "errors": sum(errors.values()), "elapsed": time.perf_counter() - start})
+                            self.log.append(rec)
+                        st.seen.add(decision_key(cand.decisions))
+                        gf = rec.gflops if rec.ok and rec.gflops else 0.0
+                        study.tell(cand.trial, gf)
+                        if not rec.ok:
+                            st.errors[rec.error_kind] += 1
+                        elif best is None or gf > (best.gflops or 0.0):
+                            best = rec
+                        measured += 1
+                        history.append((measured, time.perf_counter() - start, gf, best.gflops if best else 0.0))
+                        feats.append(cand.features)
+                        thr.append(gf)
+                    if nxt is not None:
+                        nxt.resume()   # its remaining asks see this round's results
+                    if model is not None and feats:
+                        model.update(np.stack(feats), np.array(thr), [self.spec.key] * len(feats))
+                    self.progress({"measured": measured, "trials": cfg.trials, "best_gflops": best.gflops if best
+                                   else 0.0, "errors": sum(st.errors.values()),
+                                   "elapsed": time.perf_counter() - start})
+            finally:
+                if nxt is not None:      # stopped early: withdraw what was asked ahead
+                    for cand in nxt.take():
+                        study.tell(cand.trial, state=fail)
         if model is not None and self.model_path is not None and model.n_samples:
             try:
                 model.save(self.model_path)
             except OSError:
                 pass  # the model is a cache; the log holds the data
-        return TuneResult(self.spec, best, measured, len(previous), errors, invalid, asked, history,
+        return TuneResult(self.spec, best, measured, len(previous), st.errors, st.invalid, st.asked, history,
                           time.perf_counter() - start, str(self.log.path) if self.log is not None else None,
                           stop_reason)
+
+    def _n_ask(self, want: int, model) -> int:
+        use_model = model is not None and model.is_trained
+        return max(want, want * (self.config.asks_per_measure if use_model else 1))
 
     def _pick(self, pool: list, want: int, model):
         """Top of the model's ranking plus an epsilon share at random; sampler order without a model."""
@@ -371,3 +380,107 @@ class Tuner:
         picked = [pool[i] for i in chosen]
         rest = [pool[i] for i in range(len(pool)) if i not in set(chosen)]
         return picked, rest
+
+
+@dataclass
+class _RunState:
+    """What a run has seen; shared by the main loop and the asking thread (one at a time)."""
+    seen: set                                   # decision keys measured (this run or the log)
+    fresh: set = field(default_factory=set)     # decision keys picked or pooled, not yet measured
+    seen_funcs: set = field(default_factory=set)  # loop nests measured or pooled in this run
+    errors: Counter = field(default_factory=Counter)
+    invalid: int = 0
+    asked: int = 0
+    stale: int = 0                              # consecutive asks that brought nothing new
+
+
+class _Asker:
+    """Asks and prepares one round's candidates, optionally in a background thread.
+
+    ``pause()`` (called by the measurer just before it starts timing) blocks
+    until the thread is between two candidates and holds it there, so no
+    Python work competes with a timed kernel; ``resume()`` lets it finish.
+    Invalid candidates are told to the study here and logged by ``take()``
+    (in the caller's thread: the log is appended from one thread only).
+    """
+
+    def __init__(self, tuner: Tuner, study, st: _RunState, n_ask: int):
+        self.tuner, self.study, self.st, self.n_ask = tuner, study, st, n_ask
+        self.pool: list = []
+        self.invalid_records: list = []
+        self._cv = threading.Condition()
+        self._paused = False
+        self._busy = False
+        self._thread = None
+        self._error = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._guarded, name="tensortune-asks", daemon=True)
+        self._thread.start()
+
+    def pause(self) -> None:
+        with self._cv:
+            self._paused = True
+            while self._busy:
+                self._cv.wait()
+
+    def resume(self) -> None:
+        with self._cv:
+            self._paused = False
+            self._cv.notify_all()
+
+    def take(self) -> list:
+        """The pooled candidates (waits for the thread); logs the invalid ones."""
+        self.resume()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self.tuner.log is not None:
+            for rec in self.invalid_records:
+                self.tuner.log.append(rec)
+        self.invalid_records = []
+        if self._error is not None:
+            raise self._error
+        pool, self.pool = self.pool, []
+        return pool
+
+    def _guarded(self) -> None:
+        try:
+            self.run()
+        except BaseException as err:  # noqa: BLE001 - re-raised in the caller by take()
+            self._error = err
+        finally:
+            with self._cv:            # never leave pause() waiting on a dead thread
+                self._busy = False
+                self._cv.notify_all()
+
+    def run(self) -> None:
+        import optuna
+        st, study = self.st, self.study
+        for _ in range(self.n_ask):
+            with self._cv:
+                self._busy = False
+                self._cv.notify_all()
+                while self._paused:
+                    self._cv.wait()
+                self._busy = True
+            cand = self.tuner._prepare(study.ask())
+            st.asked += 1
+            key = decision_key(cand.decisions)
+            if cand.error is not None:
+                st.invalid += 1
+                st.errors[cand.error.error_kind] += 1
+                study.tell(cand.trial, 0.0)
+                self.invalid_records.append(self.tuner._record(cand, cand.error))
+            elif key in st.seen or key in st.fresh or cand.func in st.seen_funcs:
+                # the same decisions, or other decisions giving an identical loop nest: withdrawn
+                study.tell(cand.trial, state=optuna.trial.TrialState.FAIL)
+            else:
+                st.fresh.add(key)
+                st.seen_funcs.add(cand.func)
+                self.pool.append(cand)
+                st.stale = -1
+            st.stale += 1
+        with self._cv:
+            self._busy = False
+            self._cv.notify_all()

@@ -797,3 +797,25 @@ def test_attached_stage_is_not_versioned_again_inside_the_full_tile_copy():
     o = np.zeros((40, 70), np.float32)
     run(f, a, b, o)
     np.testing.assert_allclose(o, a @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("lanes", [16, 8, 5])
+def test_vector_exp_is_accurate_over_the_whole_float32_range(lanes):
+    """The SIMD exp polynomial: <= 2 ulp from numpy's exp, inf/0/NaN/denormals as numpy."""
+    n = 4080                                  # a multiple of every lane count tested
+    A, B = buf("A", (n,)), buf("B", (n,))
+    i, j = Var("i"), Var("j")
+    idx = Binary(BinOp.ADD, Binary(BinOp.MUL, i, Const(lanes, "int32")), j)
+    body = loop(i, n // lanes, loop(j, lanes, st(B, [idx], Unary(UnOp.EXP, ld(A, idx))), VECTORIZED))
+    specials = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 88.72, 88.73, -103.9, -104.0, 1e-30,
+                         -87.3, -100.5], np.float32)
+    a = np.concatenate([specials, rng.uniform(-104, 89, n - len(specials)).astype(np.float32)])
+    out = np.empty_like(a)
+    run(PrimFunc(f"vexp{lanes}", (A, B), body), a, out)
+    with np.errstate(over="ignore"):
+        want = np.exp(a)
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(want))
+    np.testing.assert_array_equal(out[~np.isfinite(want)], want[~np.isfinite(want)])
+    fin = np.isfinite(want)
+    ulps = np.abs(out[fin].astype(np.float64) - np.exp(a[fin].astype(np.float64))) / np.spacing(want[fin])
+    assert ulps.max() <= 2.0, ulps.max()

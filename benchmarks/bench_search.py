@@ -100,6 +100,7 @@ def main(argv=None) -> int:
                     res = Tuner(spec, cfg, log=log).run()
                     all_records += log.records()
                 run = {"workload": wkey, "strategy": strat, "seed": seed, "tune_s": res.tune_seconds,
+                       "measured": res.trials, "stop_reason": res.stop_reason,
                        "best_after": {n: best_after(res.history, n) for n in points},
                        "errors": dict(res.errors), "invalid": res.invalid, "asked": res.asked}
                 out["runs"].append(run)

@@ -22,9 +22,6 @@ from .ir import Allocate, Buffer, For, ForKind, IfThenElse, Load, Scope, Seq, St
 from .rewrite import rewrite
 
 
-MAX_LANES = 256      # widest vector copy kept (codegen's MAX_VECTOR_LANES)
-
-
 def promote(body):
     """``body`` with loop-invariant accumulators of serial loops in LOCAL registers."""
     return _Promoter().visit(body)
@@ -47,27 +44,42 @@ class _Promoter:
                 found = invariant_elements(s)
                 if found:
                     return self.promoted(s, found)
-            return For(s.var, s.extent, s.kind, self.visit(s.body))
+            body = self.visit(s.body)
+            if s.kind is ForKind.SERIAL:
+                body = self.tiles_in_body(body)
+            return For(s.var, s.extent, s.kind, body)
         return s
+
+    def tiles_in_body(self, body):
+        """Straight-line ``body``: small tiles it reads and rewrites repeatedly go to registers."""
+        for buf, indices, loops in repeated_tiles(body):
+            tmp, tidx, copy_in, copy_out = self.tile(buf, indices, loops)
+            body = Allocate(tmp, seq(copy_in, _redirect(body, buf, indices, tmp, tidx), copy_out))
+        return body
 
     def promoted(self, loop: For, found: list):
         body = loop.body
         wrappers = []
-        for buf, indices, vec in found:
-            lanes = 1 if vec is None else vec.extent
-            tmp = Buffer(f"{buf.name}.reg{next(self.names)}", (lanes,), buf.dtype, Scope.LOCAL)
-            tidx = (Const(0, "int32"),) if vec is None else (vec.var,)
+        for buf, indices, loops in found:
+            tmp, tidx, copy_in, copy_out = self.tile(buf, indices, loops)
             body = _redirect(body, buf, indices, tmp, tidx)
-            copy_in = Store(tmp, tidx, Load(buf, indices))
-            copy_out = Store(buf, indices, Load(tmp, tidx))
-            if vec is not None:
-                copy_in = For(vec.var, vec.extent, ForKind.VECTORIZED, copy_in)
-                copy_out = For(vec.var, vec.extent, ForKind.VECTORIZED, copy_out)
             wrappers.append((tmp, copy_in, copy_out))
         out = For(loop.var, loop.extent, loop.kind, self.visit(body))
         for tmp, copy_in, copy_out in reversed(wrappers):
             out = Allocate(tmp, seq(copy_in, out, copy_out))
         return out
+
+    def tile(self, buf, indices, loops):
+        """A LOCAL copy of ``buf[indices]`` over ``loops``' variables, with copy-in/out nests."""
+        shape = tuple(lp.extent for lp in loops) or (1,)
+        tmp = Buffer(f"{buf.name}.reg{next(self.names)}", shape, buf.dtype, Scope.LOCAL)
+        tidx = tuple(lp.var for lp in loops) or (Const(0, "int32"),)
+        copy_in = Store(tmp, tidx, Load(buf, indices))
+        copy_out = Store(buf, indices, Load(tmp, tidx))
+        for lp in reversed(loops):
+            copy_in = For(lp.var, lp.extent, lp.kind, copy_in)
+            copy_out = For(lp.var, lp.extent, lp.kind, copy_out)
+        return tmp, tidx, copy_in, copy_out
 
 
 def _redirect(s, buf, indices, tmp, tidx):
@@ -97,11 +109,13 @@ def _redirect(s, buf, indices, tmp, tidx):
 
 
 def invariant_elements(loop: For) -> list:
-    """``[(buffer, indices, vector_loop or None)]`` that ``loop`` may keep in registers.
+    """``[(buffer, indices, loops)]`` that ``loop`` may keep in registers.
 
-    ``vector_loop`` is the VECTORIZED loop inside ``loop`` whose variable the
-    indices use (the promoted copy is then one vector); no other variable bound
-    inside ``loop`` may appear in the indices.
+    ``loops`` are the UNROLLED / VECTORIZED loops inside ``loop`` whose
+    variables the indices use (the vectorized one last; none for a single
+    element): the promoted copy is that small tile, e.g. the 4 x 2 x 32
+    accumulators a convolution updates in every step of its channel and
+    window loops.  No other variable bound inside ``loop`` may appear.
     """
     binders: dict = {loop.var.name: [loop]}   # variable name -> loops binding it
     seen: dict = {}                           # buffer -> set of index tuples
@@ -157,14 +171,87 @@ def invariant_elements(loop: For) -> list:
                 has_load = True
             stack.extend(children(n))
         inner = [n for n in names if n in binders]
-        if has_load or len(inner) > 1:
+        if has_load or any(len(binders[n]) != 1 or binders[n][0] is loop
+                           or binders[n][0].kind not in (ForKind.UNROLLED, ForKind.VECTORIZED) for n in inner):
             continue
-        vec = None
-        if inner:
-            loops = binders[inner[0]]
-            if len(loops) != 1 or loops[0] is loop or loops[0].kind is not ForKind.VECTORIZED \
-                    or loops[0].extent > MAX_LANES:
-                continue
-            vec = loops[0]
-        out.append((buf, indices, vec))
+        loops = sorted((binders[n][0] for n in inner), key=lambda lp: lp.kind is ForKind.VECTORIZED)
+        size = 1
+        for lp in loops:
+            size *= lp.extent
+        if sum(lp.kind is ForKind.VECTORIZED for lp in loops) > 1 or size > MAX_TILE:
+            continue
+        out.append((buf, indices, loops))
+    return out
+
+
+MAX_TILE = 512       # elements of a tile kept in registers (32 AVX-512 registers of 16 floats)
+
+
+def repeated_tiles(body) -> list:
+    """``[(buffer, indices, loops)]``: tiles a straight-line body should keep in registers.
+
+    ``body`` must hold only UNROLLED and VECTORIZED loops (and no branches).
+    A buffer qualifies when the body stores to it, every access uses the same
+    indices, those indices vary only with the body's own loops (``loops``, the
+    vectorized one last) besides outer variables, and an unrolled loop that
+    the indices do not use repeats the accesses: e.g. ``D[i, j] += ...`` under
+    an unrolled ``k``.  This replaces store-to-load forwarding (GVN) and dead
+    store elimination across the unrolled copies.
+    """
+    binders: dict = {}
+    accesses: dict = {}          # buffer -> list of (indices, enclosing loops)
+    stored = set()
+
+    def visit(st, enclosing) -> bool:
+        if isinstance(st, Seq):
+            return all(visit(c, enclosing) for c in st.stmts)
+        if isinstance(st, For):
+            if st.kind not in (ForKind.UNROLLED, ForKind.VECTORIZED) and st.extent > 1:
+                return False
+            binders.setdefault(st.var.name, []).append(st)
+            return visit(st.body, enclosing + (st,))
+        if isinstance(st, Store):
+            accesses.setdefault(st.buffer, []).append((st.indices, enclosing))
+            stored.add(st.buffer)
+            stack = [st.value, *st.indices]
+            while stack:
+                n = stack.pop()
+                if isinstance(n, Load):
+                    accesses.setdefault(n.buffer, []).append((n.indices, enclosing))
+                stack.extend(children(n))
+            return True
+        return False      # branches, allocations: leave the body alone
+
+    if not visit(body, ()):
+        return []
+    out = []
+    for buf in sorted(stored, key=lambda b: b.name):
+        acc = accesses[buf]
+        if len({a[0] for a in acc}) != 1:
+            continue
+        indices = acc[0][0]
+        names = set()
+        stack = list(indices)
+        while stack:
+            n = stack.pop()
+            if isinstance(n, Var):
+                names.add(n.name)
+            elif isinstance(n, Load):
+                names.add(None)
+            stack.extend(children(n))
+        if None in names:
+            continue
+        inner = [n for n in names if n in binders]
+        if any(len(binders[n]) != 1 for n in inner):
+            continue
+        loops = sorted((binders[n][0] for n in inner), key=lambda lp: lp.kind is ForKind.VECTORIZED)
+        if sum(lp.kind is ForKind.VECTORIZED for lp in loops) > 1:
+            continue
+        size = 1
+        for lp in loops:
+            size *= lp.extent
+        repeated = any(lp.kind is ForKind.UNROLLED and lp.extent > 1 and lp.var.name not in names
+                       for _, enclosing in acc for lp in enclosing)
+        if repeated and size <= MAX_TILE:
+            out.append((buf, indices, loops))
     return out

@@ -40,12 +40,14 @@ class OptConfig:
     Attributes
     ----------
     pipeline : str
-        ``"fast"``: a short function pipeline (SROA, GVN, InstCombine,
-        DSE, SimplifyCFG) for code the schedule already vectorized and unrolled;
-        code generation emits it in the shape LLVM's loop passes would have
-        produced (hoisted pointer chains, i64 counters, scalar promotion,
-        register tiles unrolled), so it runs as fast as after ``-O3`` and
-        compiles several times faster.  ``"default"``: LLVM's standard
+        ``"fast"``: a short function pipeline (SROA, DSE, InstCombine,
+        SimplifyCFG) for code the schedule already vectorized and unrolled;
+        code generation emits it in the shape LLVM's loop passes and GVN would
+        have produced (hoisted pointer chains, i64 counters, register
+        promotion of accumulator tiles, register tiles unrolled), so it runs
+        about as fast as after ``-O3`` and compiles several times faster.
+        (NewGVN, the only GVN llvmlite exposes, hits an assertion on some
+        kernels and aborts the process: it is not used.)  ``"default"``: LLVM's standard
         ``-O<speed_level>`` pipeline, which adds auto-vectorization for loops a
         schedule left scalar.  ``"auto"`` (the default): ``"fast"`` when the
         kernel has a vectorized loop, else ``"default"``.
@@ -71,7 +73,7 @@ class OptConfig:
                              f"got {self.pipeline!r}")
 
 
-FAST_PASSES = ("sroa", "new_gvn", "dead_store_elimination", "instruction_combine", "simplify_cfg")
+FAST_PASSES = ("sroa", "dead_store_elimination", "instruction_combine", "simplify_cfg")
 
 
 DEFAULT_OPT = OptConfig()

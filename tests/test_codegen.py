@@ -672,7 +672,7 @@ def test_promote_keeps_vector_accumulator_of_serial_loop():
     f = _row_sum(16, 37, vec=True)
     upd = f.body.stmts[1]
     (found,) = invariant_elements(upd)
-    assert found[0].name == "acc" and found[2] is not None and found[2].kind is VECTORIZED
+    assert found[0].name == "acc" and [lp.kind for lp in found[2]] == [VECTORIZED]
     out = promote(f.body)
     text = str(PrimFunc("p", f.params, out))
     assert "acc.reg0" in text
@@ -697,7 +697,7 @@ def test_promote_refuses_unsafe_elements():
     assert invariant_elements(upd) == []
     # scalar accumulator: promoted
     upd = loop(k, 9, st(acc, [2], Binary(BinOp.ADD, ld(acc, 2), ld(X, 2, k))))
-    assert [(b.name, v) for b, _, v in invariant_elements(upd)] == [("acc", None)]
+    assert [(b.name, v) for b, _, v in invariant_elements(upd)] == [("acc", [])]
 
 
 @pytest.mark.parametrize("vec", [False, True])
@@ -819,3 +819,27 @@ def test_vector_exp_is_accurate_over_the_whole_float32_range(lanes):
     fin = np.isfinite(want)
     ulps = np.abs(out[fin].astype(np.float64) - np.exp(a[fin].astype(np.float64))) / np.spacing(want[fin])
     assert ulps.max() <= 2.0, ulps.max()
+
+
+def test_accumulator_tiles_are_promoted_around_invariant_loops_and_repeated_bodies():
+    """acc[i1, j] updated under serial c/r loops (invariant) and an unrolled k (repeated) -> LOCAL tiles."""
+    from tensorir.promote import invariant_elements, promote, repeated_tiles
+    X, acc = buf("X", (5, 4, 3, 16)), buf("acc", (3, 16))
+    c, r, k, i1, j = Var("c"), Var("r"), Var("k"), Var("i1"), Var("j")
+    upd = st(acc, [i1, j], Binary(BinOp.ADD, ld(acc, i1, j), ld(X, c, r, i1, j)))
+    tile = loop(i1, 3, loop(j, 16, upd, VECTORIZED), UNROLLED)
+    nest = loop(c, 5, loop(r, 4, tile))
+    (found,) = invariant_elements(nest)
+    assert found[0].name == "acc" and [lp.kind for lp in found[2]] == [UNROLLED, VECTORIZED]
+    body_k = loop(k, 2, loop(i1, 3, loop(j, 16, st(acc, [i1, j], Binary(
+        BinOp.ADD, ld(acc, i1, j), ld(X, k, 0, i1, j))), VECTORIZED), UNROLLED), UNROLLED)
+    assert [b.name for b, _, _ in repeated_tiles(body_k)] == ["acc"]
+    assert repeated_tiles(tile) == []                     # each element touched once: nothing gained
+    text = str(PrimFunc("p", (X, acc), promote(nest)))
+    assert "acc.reg0 = alloc_local([3, 16]" in text, text
+    x, a = rand((5, 4, 3, 16)), rand((3, 16))
+    want = a + x.sum((0, 1))
+    for cfg in (runtime.OptConfig(pipeline="fast"), runtime.OptConfig(pipeline="default")):
+        o = a.copy()
+        compile_func(PrimFunc("tiles", (X, acc), nest), cfg)(x, o)
+        np.testing.assert_allclose(o, want, rtol=1e-5, atol=1e-5)

@@ -277,3 +277,25 @@ def test_asks_prepared_ahead_pause_while_kernels_are_timed(tmp_path, monkeypatch
     assert state["overlaps"] == 0
     recs = TuningLog(tmp_path / "l").records()
     assert len(recs) == res.trials + res.invalid
+
+
+def test_seeded_search_is_reproducible_with_asks_prepared_ahead(tmp_path, monkeypatch):
+    """Same seed + same measurements -> the same candidates, whatever the thread timing."""
+    import random as _random
+    import time as _time
+    from tuner.measure import MeasureResult, Measurer
+
+    def fake_measure(self, candidates, before_timing=None):
+        _time.sleep(_random.random() * 0.05)          # timing jitter between the two runs
+        if before_timing is not None:
+            before_timing()
+        return [MeasureResult(costs=[1e-3 * (1 + hash(str(f)) % 97)], func=f) for f in candidates]
+
+    monkeypatch.setattr(Measurer, "measure", fake_measure)
+    spec = WorkloadSpec.parse("matmul", ["M=64", "N=48", "K=32"])
+    runs = []
+    for i in range(2):
+        log = TuningLog(tmp_path / f"l{i}")
+        Tuner(spec, small_config(16), log=log).run()
+        runs.append([json.dumps(r.decisions, sort_keys=True) for r in log.records()])
+    assert len(runs[0]) >= 16 and runs[0] == runs[1]

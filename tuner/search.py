@@ -6,8 +6,9 @@ Each round:
    trial's decisions build a schedule through the search space and are lowered
    (an illegal combination is recorded as an invalid candidate).  From the
    second round on, this runs in a thread while the previous round compiles
-   (it pauses while kernels are timed), so its first asks do not yet see the
-   previous round's results;
+   (it pauses while kernels are timed, and completes before the previous
+   round's results are told, so each round's asks see the history up to two
+   rounds back, whatever the timing);
 2. the XGBoost cost model ranks the lowered candidates by predicted speed
    (before it has data, the sampler's order is kept);
 3. the top ``batch_size`` minus an epsilon share are measured, plus the epsilon
@@ -293,6 +294,7 @@ class Tuner:
             mcfg.threads = cfg.threads
         fail = optuna.trial.TrialState.FAIL
         nxt = None       # the next round's asks, prepared while this round compiles
+        ready = None     # their pool, once complete
         with Measurer(self.spec, mcfg) as measurer:
             try:
                 while measured < cfg.trials:
@@ -300,11 +302,11 @@ class Tuner:
                         stop_reason = f"timeout of {cfg.timeout_s:g} s reached"
                         break
                     want = min(cfg.batch_size, cfg.trials - measured)
-                    if nxt is None:
-                        nxt = _Asker(self, study, st, self._n_ask(want, model))
-                        nxt.run()
-                    pool = nxt.take()
-                    nxt = None
+                    if ready is None:
+                        first = _Asker(self, study, st, self._n_ask(want, model))
+                        first.run()
+                        ready = first.take()
+                    pool, ready = ready, None
                     if not pool and st.stale >= max(STALE_ASKS, 4 * self._n_ask(want, model)):
                         # A small space is used up (every proposal repeats a measured loop
                         # nest): stop rather than spin.
@@ -326,7 +328,9 @@ class Tuner:
                     results = measurer.measure([c.func for c in picked],
                                                before_timing=nxt.pause if nxt is not None else None)
                     if nxt is not None:
-                        nxt.pause()    # (no-op if timing paused it) results are told with it idle
+                        # All of the next round's asks are made before this round's results
+                        # are told, so the sampler sees the same history whatever the timing.
+                        ready, nxt = nxt.take(), None
                     feats, thr = [], []
                     for cand, res in zip(picked, results):
                         rec = self._record(cand, res)
@@ -343,17 +347,15 @@ class Tuner:
                         history.append((measured, time.perf_counter() - start, gf, best.gflops if best else 0.0))
                         feats.append(cand.features)
                         thr.append(gf)
-                    if nxt is not None:
-                        nxt.resume()   # its remaining asks see this round's results
                     if model is not None and feats:
                         model.update(np.stack(feats), np.array(thr), [self.spec.key] * len(feats))
                     self.progress({"measured": measured, "trials": cfg.trials, "best_gflops": best.gflops if best
                                    else 0.0, "errors": sum(st.errors.values()),
                                    "elapsed": time.perf_counter() - start})
             finally:
-                if nxt is not None:      # stopped early: withdraw what was asked ahead
-                    for cand in nxt.take():
-                        study.tell(cand.trial, state=fail)
+                ahead = (ready or []) + (nxt.take() if nxt is not None else [])
+                for cand in ahead:       # stopped early: withdraw what was asked ahead
+                    study.tell(cand.trial, state=fail)
         if model is not None and self.model_path is not None and model.n_samples:
             try:
                 model.save(self.model_path)

@@ -27,10 +27,9 @@ from llvmlite import ir
 
 from .expr import (COMPARE_OPS, FLOAT_DTYPES, Binary, BinOp, Cast, Const, Select, Unary, UnOp,
                    Var, children)
-from .promote import promote
+from .promote import LOCAL_STACK_LIMIT, promote
 from .ir import Allocate, Buffer, For, ForKind, IfThenElse, Load, PrimFunc, Scope, Seq, Store, walk_stmts
 
-LOCAL_STACK_LIMIT = 64 * 1024   # LOCAL buffers up to this size live on the stack
 MAX_VECTOR_LANES = 256          # wider VECTORIZED loops become serial (LLVM may still vectorize)
 ALLOC_ALIGN = 64
 
@@ -439,11 +438,6 @@ class FunctionGen:
             return
         if s.kind is ForKind.PARALLEL and not self.in_parallel and self.vec is None:
             self.parallel(s)
-            return
-        if self.vec is None and _indexes_register_tile(s):
-            # Unrolled, every access to the small local tile has a constant
-            # index and SROA keeps the whole tile in registers.
-            self.loop(For(s.var, s.extent, ForKind.UNROLLED, s.body))
             return
         self.serial_loop(s.var.name, ir.Constant(I32, 0), ir.Constant(I32, s.extent), s.body,
                          known_nonempty=True)
@@ -859,41 +853,12 @@ class FunctionGen:
         raise CodegenError(f"unknown unary operator {op!r}")
 
     def exp(self, x):
-        """``exp(x)``: a SIMD polynomial for float32 vectors, ``llvm.exp`` otherwise.
-
-        LLVM lowers ``llvm.exp`` on a vector to one ``expf`` call per lane.  The
-        vector version is Cephes' ``expf``: ``x = n*ln2 + r`` with ``|r| <=
-        ln2/2``, a degree-7 polynomial for ``exp(r)``, and ``2**n`` built in the
-        exponent bits, applied as two factors so results down to the smallest
-        denormal are right.  Max relative error about 2 ulp over the normal
-        range; ``inf`` above 88.72, ``0`` below -103.98, NaN stays NaN.
-        """
-        if not (isinstance(x.type, ir.VectorType) and x.type.element == F32):
-            return self.call_intrinsic(f"llvm.exp.{type_suffix(x.type)}", x.type, [x])
-        b, n = self.b, x.type.count
-        f = lambda v: _splat(F32, v, n)                     # noqa: E731
-        i32 = lambda v: ir.Constant(ir.VectorType(I32, n), [v] * n)   # noqa: E731
-        fl = dict(flags=FP_FLAGS)
-        hi, lo = f(88.72283935546875), f(-103.97208404541016)
-        xc = b.select(b.fcmp_ordered(">", x, hi), hi, b.select(b.fcmp_ordered("<", x, lo), lo, x))
-        fx = self.call_intrinsic(f"llvm.floor.v{n}f32", x.type,
-                                 [b.fadd(b.fmul(xc, f(1.44269504088896341), **fl), f(0.5), **fl)])
-        r = b.fsub(b.fsub(xc, b.fmul(fx, f(0.693359375))), b.fmul(fx, f(-2.12194440e-4)))
-        y = f(1.9875691500e-4)
-        for c in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1):
-            y = self.call_intrinsic(f"llvm.fmuladd.v{n}f32", x.type, [y, r, f(c)])
-        z = b.fmul(r, r)
-        y = b.fadd(self.call_intrinsic(f"llvm.fmuladd.v{n}f32", x.type, [y, z, r]), f(1.0))
-        k = b.fptosi(fx, ir.VectorType(I32, n))                  # in [-150, 128]
-        k1 = b.ashr(k, i32(1))
-        k2 = b.sub(k, k1)
-        vty = x.type
-        p1 = b.bitcast(b.shl(b.add(k1, i32(127)), i32(23)), vty)
-        p2 = b.bitcast(b.shl(b.add(k2, i32(127)), i32(23)), vty)
-        out = b.fmul(b.fmul(y, p1), p2)
-        out = b.select(b.fcmp_ordered(">", x, hi), f(float("inf")), out)
-        out = b.select(b.fcmp_ordered("<", x, lo), f(0.0), out)
-        return b.select(b.fcmp_unordered("uno", x, x), x, out)
+        """``exp(x)``: a SIMD polynomial for float32 vectors (see
+        :func:`tensorir.codegen_vector.vector_exp`), ``llvm.exp`` otherwise."""
+        if isinstance(x.type, ir.VectorType) and x.type.element == F32:
+            from .codegen_vector import vector_exp
+            return vector_exp(self, x)
+        return self.call_intrinsic(f"llvm.exp.{type_suffix(x.type)}", x.type, [x])
 
     def cast(self, v, src: str, dst: str):
         if src == dst:
@@ -964,62 +929,6 @@ def _fold_int(op, a, b):
     return None
 
 
-REGISTER_TILE_UNROLL = 64      # max statements a register-tile loop may unroll into
-
-
-def _straight_line_size(body):
-    """Statements ``body`` expands to when fully unrolled (vectorized loops count once)."""
-    if isinstance(body, Seq):
-        total = 0
-        for c in body.stmts:
-            n = _straight_line_size(c)
-            if n is None:
-                return None
-            total += n
-        return total
-    if isinstance(body, For):
-        if body.kind is ForKind.VECTORIZED or body.extent <= 1:
-            return _straight_line_size(body.body)
-        if body.kind is ForKind.PARALLEL:
-            return None
-        n = _straight_line_size(body.body)
-        return None if n is None else n * body.extent
-    if isinstance(body, IfThenElse):
-        sizes = [_straight_line_size(x) for x in (body.then, body.otherwise) if x is not None]
-        return None if None in sizes else sum(sizes)
-    return 1
-
-
-def _indexes_register_tile(s: For) -> bool:
-    """Whether serial loop ``s`` walks a stack-resident LOCAL buffer and unrolls cheaply.
-
-    Such loops (typically the write-back of a ``cache_write`` tile) are
-    unrolled, inner serial loops included, so SROA can keep the tile in
-    registers; the size limit keeps the code small.
-    """
-    if s.kind is not ForKind.SERIAL:
-        return False
-    size = _straight_line_size(s.body)
-    if size is None or size * s.extent > REGISTER_TILE_UNROLL:
-        return False
-    name = s.var.name
-    for st in walk_stmts(s.body):
-        if not isinstance(st, Store):
-            continue
-        accesses = [(st.buffer, st.indices)]
-        stack = [st.value]
-        while stack:
-            n = stack.pop()
-            if isinstance(n, Load):
-                accesses.append((n.buffer, n.indices))
-            stack.extend(children(n))
-        for buf, idx in accesses:
-            if buf.scope is Scope.LOCAL and buf.nbytes <= LOCAL_STACK_LIMIT and any(
-                    _any_expr(i, lambda x: isinstance(x, Var) and x.name == name) for i in idx):
-                return True
-    return False
-
-
 def vector_chunks(extent: int, native: int) -> list:
     """``[(offset, lanes)]`` covering ``range(extent)`` with vector widths LLVM handles well.
 
@@ -1043,25 +952,9 @@ def vector_chunks(extent: int, native: int) -> list:
 
 def _shift_var(body, var: Var, off: int):
     """``body`` with ``var`` replaced by ``var + off``."""
-    from .rewrite import substitute
+    from .rewrite import rewrite_stmt, substitute
     shifted = {var: Binary(BinOp.ADD, var, Const(off, "int32"))}
-
-    def e(x):
-        return substitute(x, shifted)
-
-    def go(st):
-        if isinstance(st, Seq):
-            return Seq(tuple(go(c) for c in st.stmts))
-        if isinstance(st, For):
-            return For(st.var, st.extent, st.kind, go(st.body))
-        if isinstance(st, Allocate):
-            return Allocate(st.buffer, go(st.body))
-        if isinstance(st, IfThenElse):
-            return IfThenElse(e(st.cond), go(st.then), None if st.otherwise is None else go(st.otherwise))
-        if isinstance(st, Store):
-            return Store(st.buffer, tuple(e(i) for i in st.indices), e(st.value))
-        raise CodegenError(f"cannot generate code for statement {type(st).__name__}")
-    return go(body)
+    return rewrite_stmt(body, lambda e: substitute(e, shifted))
 
 
 def _vectorizable(body) -> bool:

@@ -1,9 +1,14 @@
 """Register promotion on the loop IR (run by codegen, after lowering).
 
-A serial loop that keeps reading and writing one element of a buffer, or one
-vector of it (``acc[i] += ...`` over ``k``; ``mean[i:i+32] += ...`` over ``k``
-with the ``i`` lanes vectorized inside), gets a private LOCAL copy of that
-element: loaded once before the loop, stored once after it.  SROA then keeps
+Small serial loops that walk a LOCAL register tile (a ``cache_write``
+write-back) are unrolled, so every tile access has a constant index.
+
+A serial loop that keeps reading and writing one element of a buffer, or a
+small tile of it spanned by unrolled/vectorized inner loops (``acc[i] += ...``
+over ``k``; ``mean[i:i+32] += ...`` over ``k`` with the ``i`` lanes vectorized
+inside), gets a private LOCAL copy of it: loaded once before the loop, stored
+once after it; likewise a tile that an unrolled loop rewrites repeatedly within
+a straight-line loop body.  SROA then keeps
 the copy in a register.  This is LLVM's LICM scalar promotion, done here so
 the fast LLVM pipeline (:mod:`tensorir.runtime`) needs no loop passes.
 
@@ -19,7 +24,7 @@ import itertools
 
 from .expr import Const, Var, children
 from .ir import Allocate, Buffer, For, ForKind, IfThenElse, Load, Scope, Seq, Store, seq
-from .rewrite import rewrite
+from .rewrite import rewrite, rewrite_stmt
 
 
 def promote(body):
@@ -40,6 +45,8 @@ class _Promoter:
         if isinstance(s, Allocate):
             return Allocate(s.buffer, self.visit(s.body))
         if isinstance(s, For):
+            if indexes_register_tile(s):
+                return For(s.var, s.extent, ForKind.UNROLLED, self.visit(s.body))
             if s.kind is ForKind.SERIAL and s.extent > 1:
                 found = invariant_elements(s)
                 if found:
@@ -89,23 +96,9 @@ def _redirect(s, buf, indices, tmp, tidx):
             return Load(tmp, tidx)
         return None
 
-    def go(st):
-        if isinstance(st, Seq):
-            return Seq(tuple(go(c) for c in st.stmts))
-        if isinstance(st, For):
-            return For(st.var, st.extent, st.kind, go(st.body))
-        if isinstance(st, Allocate):
-            return Allocate(st.buffer, go(st.body))
-        if isinstance(st, IfThenElse):
-            return IfThenElse(rewrite(st.cond, fix), go(st.then),
-                              None if st.otherwise is None else go(st.otherwise))
-        if isinstance(st, Store):
-            value = rewrite(st.value, fix)
-            if st.buffer == buf and st.indices == indices:
-                return Store(tmp, tidx, value)
-            return Store(st.buffer, tuple(rewrite(i, fix) for i in st.indices), value)
-        return st
-    return go(s)
+    def store(st):
+        return Store(tmp, tidx, st.value) if st.buffer == buf and st.indices == indices else st
+    return rewrite_stmt(s, lambda e: rewrite(e, fix), store)
 
 
 def invariant_elements(loop: For) -> list:
@@ -161,25 +154,10 @@ def invariant_elements(loop: For) -> list:
         if buf in unsafe or len(seen[buf]) != 1:
             continue
         (indices,) = seen[buf]
-        names, has_load = set(), False
-        stack = list(indices)
-        while stack:
-            n = stack.pop()
-            if isinstance(n, Var):
-                names.add(n.name)
-            elif isinstance(n, Load):
-                has_load = True
-            stack.extend(children(n))
-        inner = [n for n in names if n in binders]
-        if has_load or any(len(binders[n]) != 1 or binders[n][0] is loop
-                           or binders[n][0].kind not in (ForKind.UNROLLED, ForKind.VECTORIZED) for n in inner):
+        tile = _tile_loops(indices, binders, exclude=loop)
+        if tile is None:
             continue
-        loops = sorted((binders[n][0] for n in inner), key=lambda lp: lp.kind is ForKind.VECTORIZED)
-        size = 1
-        for lp in loops:
-            size *= lp.extent
-        if sum(lp.kind is ForKind.VECTORIZED for lp in loops) > 1 or size > MAX_TILE:
-            continue
+        loops, _ = tile
         out.append((buf, indices, loops))
     return out
 
@@ -230,28 +208,123 @@ def repeated_tiles(body) -> list:
         if len({a[0] for a in acc}) != 1:
             continue
         indices = acc[0][0]
-        names = set()
-        stack = list(indices)
-        while stack:
-            n = stack.pop()
-            if isinstance(n, Var):
-                names.add(n.name)
-            elif isinstance(n, Load):
-                names.add(None)
-            stack.extend(children(n))
-        if None in names:
+        tile = _tile_loops(indices, binders)
+        if tile is None:
             continue
-        inner = [n for n in names if n in binders]
-        if any(len(binders[n]) != 1 for n in inner):
-            continue
-        loops = sorted((binders[n][0] for n in inner), key=lambda lp: lp.kind is ForKind.VECTORIZED)
-        if sum(lp.kind is ForKind.VECTORIZED for lp in loops) > 1:
-            continue
-        size = 1
-        for lp in loops:
-            size *= lp.extent
+        loops, names = tile
         repeated = any(lp.kind is ForKind.UNROLLED and lp.extent > 1 and lp.var.name not in names
                        for _, enclosing in acc for lp in enclosing)
-        if repeated and size <= MAX_TILE:
+        if repeated:
             out.append((buf, indices, loops))
     return out
+
+
+def _tile_loops(indices, binders: dict, exclude=None):
+    """``(loops, names)`` if ``indices`` vary only with unrolled/vectorized inner loops, else None.
+
+    ``names`` are the variables the indices use; ``loops`` the inner loops
+    (from ``binders``: variable name -> loops binding it) among them, the
+    vectorized one last.  Each must be bound once, at most one vectorized, the
+    tile they span at most ``MAX_TILE`` elements, and no index may read memory.
+    """
+    names = set()
+    stack = list(indices)
+    while stack:
+        n = stack.pop()
+        if isinstance(n, Load):
+            return None
+        if isinstance(n, Var):
+            names.add(n.name)
+        stack.extend(children(n))
+    loops = []
+    for name in names:
+        bound = binders.get(name)
+        if bound is None:
+            continue
+        if len(bound) != 1 or bound[0] is exclude or bound[0].kind not in (ForKind.UNROLLED, ForKind.VECTORIZED):
+            return None
+        loops.append(bound[0])
+    loops.sort(key=lambda lp: lp.kind is ForKind.VECTORIZED)
+    size = 1
+    for lp in loops:
+        size *= lp.extent
+    if sum(lp.kind is ForKind.VECTORIZED for lp in loops) > 1 or size > MAX_TILE:
+        return None
+    return loops, names
+
+
+LOCAL_STACK_LIMIT = 64 * 1024   # LOCAL buffers up to this size live on the stack (codegen)
+REGISTER_TILE_UNROLL = 64      # max statements a register-tile loop may unroll into
+
+
+def _straight_line_size(body):
+    """Statements ``body`` expands to when fully unrolled (vectorized loops count once)."""
+    if isinstance(body, Seq):
+        total = 0
+        for c in body.stmts:
+            n = _straight_line_size(c)
+            if n is None:
+                return None
+            total += n
+        return total
+    if isinstance(body, For):
+        if body.kind is ForKind.VECTORIZED or body.extent <= 1:
+            return _straight_line_size(body.body)
+        if body.kind is ForKind.PARALLEL:
+            return None
+        n = _straight_line_size(body.body)
+        return None if n is None else n * body.extent
+    if isinstance(body, IfThenElse):
+        sizes = [_straight_line_size(x) for x in (body.then, body.otherwise) if x is not None]
+        return None if None in sizes else sum(sizes)
+    if isinstance(body, Allocate):
+        return None
+    return 1
+
+
+def indexes_register_tile(s: For) -> bool:
+    """Whether serial loop ``s`` walks a stack-resident LOCAL buffer and unrolls cheaply.
+
+    Such loops (typically the write-back of a ``cache_write`` tile) are
+    unrolled, inner serial loops included, so every access to the tile has a
+    constant index and SROA keeps it in registers; the size limit keeps the
+    code small.
+    """
+    if s.kind is not ForKind.SERIAL:
+        return False
+    size = _straight_line_size(s.body)
+    if size is None or size * s.extent > REGISTER_TILE_UNROLL:
+        return False
+    name = s.var.name
+    stack = [s.body]
+    while stack:
+        st = stack.pop()
+        if isinstance(st, Seq):
+            stack.extend(st.stmts)
+        elif isinstance(st, (For, Allocate)):
+            stack.append(st.body)
+        elif isinstance(st, IfThenElse):
+            stack.extend(x for x in (st.then, st.otherwise) if x is not None)
+        elif isinstance(st, Store):
+            accesses = [(st.buffer, st.indices)]
+            exprs = [st.value, *st.indices]
+            while exprs:
+                n = exprs.pop()
+                if isinstance(n, Load):
+                    accesses.append((n.buffer, n.indices))
+                exprs.extend(children(n))
+            for buf, idx in accesses:
+                if buf.scope is Scope.LOCAL and buf.nbytes <= LOCAL_STACK_LIMIT and any(
+                        _uses(i, name) for i in idx):
+                    return True
+    return False
+
+
+def _uses(e, name: str) -> bool:
+    stack = [e]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, Var) and n.name == name:
+            return True
+        stack.extend(children(n))
+    return False

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .expr import Binary as B, Cast, Expr, Select, Unary, Var
-from .ir import Load
+from .ir import Allocate, For, IfThenElse, Load, Seq, Store
 from .te import Reduce, TensorRead
 
 
@@ -33,3 +33,23 @@ def rewrite(e: Expr, fn):
 
 def substitute(e: Expr, mapping: dict) -> Expr:
     return rewrite(e, lambda n: mapping.get(n) if isinstance(n, Var) else None)
+
+
+def rewrite_stmt(s, expr, store=None):
+    """Rebuild loop-IR statement ``s`` with ``expr(e)`` applied to every expression in it.
+
+    ``store(st)``, if given, may replace each rebuilt ``Store`` (e.g. to redirect it).
+    """
+    if isinstance(s, Seq):
+        return Seq(tuple(rewrite_stmt(c, expr, store) for c in s.stmts))
+    if isinstance(s, For):
+        return For(s.var, s.extent, s.kind, rewrite_stmt(s.body, expr, store))
+    if isinstance(s, Allocate):
+        return Allocate(s.buffer, rewrite_stmt(s.body, expr, store))
+    if isinstance(s, IfThenElse):
+        return IfThenElse(expr(s.cond), rewrite_stmt(s.then, expr, store),
+                          None if s.otherwise is None else rewrite_stmt(s.otherwise, expr, store))
+    if isinstance(s, Store):
+        new = Store(s.buffer, tuple(expr(i) for i in s.indices), expr(s.value))
+        return new if store is None else store(new)
+    raise TypeError(f"not a loop-IR statement: {type(s).__name__}")

@@ -1,0 +1,52 @@
+"""Helpers for tests that write loop IR by hand."""
+from __future__ import annotations
+
+import numpy as np
+
+from tensorir.build import build
+from tensorir.expr import Const
+from tensorir.ir import Buffer, For, ForKind, Load, Scope, Store
+
+SERIAL, PARALLEL, VECTORIZED, UNROLLED = (ForKind.SERIAL, ForKind.PARALLEL,
+                                          ForKind.VECTORIZED, ForKind.UNROLLED)
+rng = np.random.default_rng(0)
+
+
+def buf(name, shape, dtype="float32", scope=Scope.PARAM):
+    return Buffer(name, tuple(shape), dtype, scope)
+
+
+def ld(b, *idx):
+    return Load(b, tuple(_e(i) for i in idx))
+
+
+def st(b, idx, value):
+    return Store(b, tuple(_e(i) for i in idx), value)
+
+
+def _e(x):
+    return Const(x, "int32") if isinstance(x, int) else x
+
+
+def c(value, dtype="float32"):
+    return Const(value, dtype)
+
+
+def loop(var, extent, body, kind=SERIAL):
+    return For(var, extent, kind, body)
+
+
+def rand(shape, dtype="float32"):
+    if dtype == "int32":
+        return rng.integers(-50, 50, size=shape).astype(np.int32)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def run(func, *arrays, threads=None):
+    k = build(func)
+    if threads is not None:
+        k.threads = threads
+    k(*arrays)
+    return k
+
+

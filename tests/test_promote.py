@@ -1,0 +1,199 @@
+"""Register promotion, vector chunks, SIMD exp and the fast LLVM pipeline vs -O3, against numpy."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.loopir import SERIAL, UNROLLED, VECTORIZED, buf, c, ld, loop, rand, rng, run, st
+from tensorir import runtime
+from tensorir.build import compile_func
+from tensorir.expr import Binary, BinOp, Const, Unary, UnOp, Var
+from tensorir.ir import Allocate, IfThenElse, PrimFunc, Scope, seq
+
+
+def _row_sum(n, m, vec=False):
+    """acc[i] = sum_k X[i, k], k outer, i inner (vectorized or serial): acc is invariant in k... per i."""
+    X, acc = buf("X", (n, m)), buf("acc", (n,))
+    i, k = Var("i"), Var("k")
+    init = loop(i, n, st(acc, [i], c(0.0)), VECTORIZED if vec else SERIAL)
+    upd = loop(k, m, loop(i, n, st(acc, [i], Binary(BinOp.ADD, ld(acc, i), ld(X, i, k))),
+                          VECTORIZED if vec else SERIAL))
+    return PrimFunc("row_sum", (X, acc), seq(init, upd))
+
+
+def test_promote_keeps_vector_accumulator_of_serial_loop():
+    from tensorir.promote import invariant_elements, promote
+    f = _row_sum(16, 37, vec=True)
+    upd = f.body.stmts[1]
+    (found,) = invariant_elements(upd)
+    assert found[0].name == "acc" and [lp.kind for lp in found[2]] == [VECTORIZED]
+    out = promote(f.body)
+    text = str(PrimFunc("p", f.params, out))
+    assert "acc.reg0" in text
+    x, a = rand((16, 37)), np.zeros(16, np.float32)
+    run(f, x, a)
+    np.testing.assert_allclose(a, x.sum(1), rtol=1e-5, atol=1e-5)
+
+
+def test_promote_refuses_unsafe_elements():
+    from tensorir.promote import invariant_elements
+    X, acc = buf("X", (8, 9)), buf("acc", (8,))
+    i, k = Var("i"), Var("k")
+    # element depends on a serial inner loop: not one element
+    upd = loop(k, 9, loop(i, 8, st(acc, [i], Binary(BinOp.ADD, ld(acc, i), ld(X, i, k)))))
+    assert invariant_elements(upd) == []
+    # conditional store: the element might never be written
+    cond = Binary(BinOp.LT, k, Const(3, "int32"))
+    upd = loop(k, 9, IfThenElse(cond, st(acc, [0], Binary(BinOp.ADD, ld(acc, 0), ld(X, 0, k)))))
+    assert invariant_elements(upd) == []
+    # two different elements of one buffer: a load of acc[1] could see a stale value
+    upd = loop(k, 9, seq(st(acc, [0], Binary(BinOp.ADD, ld(acc, 1), ld(X, 0, k)))))
+    assert invariant_elements(upd) == []
+    # scalar accumulator: promoted
+    upd = loop(k, 9, st(acc, [2], Binary(BinOp.ADD, ld(acc, 2), ld(X, 2, k))))
+    assert [(b.name, v) for b, _, v in invariant_elements(upd)] == [("acc", [])]
+
+
+@pytest.mark.parametrize("vec", [False, True])
+def test_promoted_reductions_match_numpy_on_both_pipelines(vec):
+    f = _row_sum(13 if not vec else 16, 29, vec=vec)
+    x = rand(f.params[0].shape)
+    for cfg in (runtime.OptConfig(pipeline="fast"), runtime.OptConfig(pipeline="default")):
+        a = np.full(f.params[1].shape, 7.0, np.float32)
+        compile_func(f, cfg)(x, a)
+        np.testing.assert_allclose(a, x.sum(1), rtol=1e-5, atol=1e-5)
+
+
+def test_masked_register_tile_keeps_masked_lanes():
+    """A masked store into a stack tile (plain load/select/store) leaves masked-off lanes alone."""
+    A, out = buf("A", (16,)), buf("out", (16,))
+    T = buf("T", (16,), scope=Scope.LOCAL)
+    j = Var("j")
+    fill = loop(j, 16, st(T, [j], c(5.0)), VECTORIZED)
+    cond = Binary(BinOp.LT, j, Const(11, "int32"))
+    masked = loop(j, 16, IfThenElse(cond, st(T, [j], Binary(BinOp.ADD, ld(T, j), ld(A, j)))), VECTORIZED)
+    back = loop(j, 16, st(out, [j], ld(T, j)), VECTORIZED)
+    f = PrimFunc("masked_tile", (A, out), Allocate(T, seq(fill, masked, back)))
+    a = rand(16)
+    for cfg in (runtime.OptConfig(pipeline="fast"), runtime.OptConfig(pipeline="default")):
+        o = np.zeros(16, np.float32)
+        compile_func(f, cfg)(a, o)
+        expect = np.full(16, 5.0, np.float32)
+        expect[:11] += a[:11]
+        np.testing.assert_allclose(o, expect, rtol=1e-6)
+
+
+def test_fast_and_default_pipelines_agree_on_a_tiled_matmul():
+    from schedules import Schedule
+    from tensorir import ops
+    lanes = runtime.host_target()["vector_bits"] // 32
+    s = Schedule(ops.matmul(37, 2 * lanes + 3, 19)).cache_write("C")
+    s = s.tile(["C.i", "C.j"], [5, lanes]).compute_at("C_local", "C.j.0")
+    s = s.reorder("C_local.k", "C_local.i", "C_local.j").unroll("C_local.i").vectorize("C_local.j")
+    s = s.vectorize("C.j.1")
+    f = s.lower()
+    a, b = rand((37, 19)), rand((19, 2 * lanes + 3))
+    outs = []
+    for cfg in (runtime.OptConfig(pipeline="fast"), runtime.OptConfig(pipeline="default")):
+        o = np.zeros((37, 2 * lanes + 3), np.float32)
+        compile_func(f, cfg)(a, b, o)
+        outs.append(o)
+    np.testing.assert_allclose(outs[0], a @ b, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(outs[1], outs[0], rtol=1e-5, atol=1e-5)
+
+
+def test_opt_config_rejects_unknown_pipeline():
+    with pytest.raises(ValueError, match="pipeline"):
+        runtime.OptConfig(pipeline="O7")
+
+
+def test_vector_chunks_cover_the_extent_with_power_of_two_pieces():
+    from tensorir.codegen import vector_chunks
+    assert vector_chunks(32, 16) == [(0, 32)]
+    assert vector_chunks(48, 16) == [(0, 16), (16, 16), (32, 16)]
+    assert vector_chunks(58, 16) == [(0, 16), (16, 16), (32, 16), (48, 8), (56, 2)]
+    assert vector_chunks(7, 8) == [(0, 4), (4, 2), (6, 1)]
+    for n in range(1, 70):
+        chunks = vector_chunks(n, 8)
+        assert [o for o, _ in chunks] == list(np.cumsum([0] + [w for _, w in chunks[:-1]]))
+        assert sum(w for _, w in chunks) == n and all(w & (w - 1) == 0 for _, w in chunks)
+
+
+@pytest.mark.parametrize("n", [23, 48, 58])
+def test_non_power_of_two_vector_loops_with_masks_and_shifted_reads(n):
+    """Vector loops cut into chunks: masked stores, reads at var+1, a reduction tile."""
+    A, out = buf("A", (3, n + 1)), buf("out", (3, n))
+    i, j = Var("i"), Var("j")
+    cond = Binary(BinOp.LT, j, Const(n - 3, "int32"))
+    val = Binary(BinOp.MUL, ld(A, i, Binary(BinOp.ADD, j, Const(1, "int32"))), c(2.0))
+    body = loop(i, 3, seq(loop(j, n, st(out, [i, j], c(-1.0)), VECTORIZED),
+                          loop(j, n, IfThenElse(cond, st(out, [i, j], val)), VECTORIZED)))
+    f = PrimFunc(f"chunks{n}", (A, out), body)
+    a, o = rand((3, n + 1)), np.zeros((3, n), np.float32)
+    run(f, a, o)
+    want = np.full((3, n), -1.0, np.float32)
+    want[:, :n - 3] = 2 * a[:, 1:n - 2]
+    np.testing.assert_allclose(o, want, rtol=1e-6)
+
+
+def test_attached_stage_is_not_versioned_again_inside_the_full_tile_copy():
+    """The consumer's full-tile copy already checked the edge condition the attached producer needs."""
+    from schedules import Schedule
+    from tensorir import ops
+    s = Schedule(ops.matmul(40, 70, 9)).cache_write("C").tile(["C.i", "C.j"], [4, 24])
+    s = s.split("C.i.0", factor=2).reorder("C.i.0.0", "C.j.0", "C.i.0.1")
+    s = s.compute_at("C_local", "C.i.0.1").reorder("C_local.k", "C_local.i", "C_local.j")
+    s = s.unroll("C_local.i").vectorize("C_local.j").vectorize("C.j.1")
+    f = s.lower()
+    text = str(f)
+    assert text.count("if C.j.0 * 24 < 47:") == 1, text
+    a, b = rand((40, 9)), rand((9, 70))
+    o = np.zeros((40, 70), np.float32)
+    run(f, a, b, o)
+    np.testing.assert_allclose(o, a @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("lanes", [16, 8, 5])
+def test_vector_exp_is_accurate_over_the_whole_float32_range(lanes):
+    """The SIMD exp polynomial: <= 2 ulp from numpy's exp, inf/0/NaN/denormals as numpy."""
+    n = 4080                                  # a multiple of every lane count tested
+    A, B = buf("A", (n,)), buf("B", (n,))
+    i, j = Var("i"), Var("j")
+    idx = Binary(BinOp.ADD, Binary(BinOp.MUL, i, Const(lanes, "int32")), j)
+    body = loop(i, n // lanes, loop(j, lanes, st(B, [idx], Unary(UnOp.EXP, ld(A, idx))), VECTORIZED))
+    specials = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 88.72, 88.73, -103.9, -104.0, 1e-30,
+                         -87.3, -100.5], np.float32)
+    a = np.concatenate([specials, rng.uniform(-104, 89, n - len(specials)).astype(np.float32)])
+    out = np.empty_like(a)
+    run(PrimFunc(f"vexp{lanes}", (A, B), body), a, out)
+    with np.errstate(over="ignore"):
+        want = np.exp(a)
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(want))
+    np.testing.assert_array_equal(out[~np.isfinite(want)], want[~np.isfinite(want)])
+    fin = np.isfinite(want)
+    ulps = np.abs(out[fin].astype(np.float64) - np.exp(a[fin].astype(np.float64))) / np.spacing(want[fin])
+    assert ulps.max() <= 2.0, ulps.max()
+
+
+def test_accumulator_tiles_are_promoted_around_invariant_loops_and_repeated_bodies():
+    """acc[i1, j] updated under serial c/r loops (invariant) and an unrolled k (repeated) -> LOCAL tiles."""
+    from tensorir.promote import invariant_elements, promote, repeated_tiles
+    X, acc = buf("X", (5, 4, 3, 16)), buf("acc", (3, 16))
+    c, r, k, i1, j = Var("c"), Var("r"), Var("k"), Var("i1"), Var("j")
+    upd = st(acc, [i1, j], Binary(BinOp.ADD, ld(acc, i1, j), ld(X, c, r, i1, j)))
+    tile = loop(i1, 3, loop(j, 16, upd, VECTORIZED), UNROLLED)
+    nest = loop(c, 5, loop(r, 4, tile))
+    (found,) = invariant_elements(nest)
+    assert found[0].name == "acc" and [lp.kind for lp in found[2]] == [UNROLLED, VECTORIZED]
+    body_k = loop(k, 2, loop(i1, 3, loop(j, 16, st(acc, [i1, j], Binary(
+        BinOp.ADD, ld(acc, i1, j), ld(X, k, 0, i1, j))), VECTORIZED), UNROLLED), UNROLLED)
+    assert [b.name for b, _, _ in repeated_tiles(body_k)] == ["acc"]
+    assert repeated_tiles(tile) == []                     # each element touched once: nothing gained
+    text = str(PrimFunc("p", (X, acc), promote(nest)))
+    assert "acc.reg0 = alloc_local([3, 16]" in text, text
+    x, a = rand((5, 4, 3, 16)), rand((3, 16))
+    want = a + x.sum((0, 1))
+    for cfg in (runtime.OptConfig(pipeline="fast"), runtime.OptConfig(pipeline="default")):
+        o = a.copy()
+        compile_func(PrimFunc("tiles", (X, acc), nest), cfg)(x, o)
+        np.testing.assert_allclose(o, want, rtol=1e-5, atol=1e-5)

@@ -25,7 +25,7 @@ from tuner.measure import MeasureConfig, MeasureResult, Measurer
 from tuner.spec import SpecError, WorkloadSpec
 
 TIMEOUT_S = 3.0
-CONFIG = MeasureConfig(repeat=3, min_repeat_ms=5, timeout_s=TIMEOUT_S)
+CONFIG = MeasureConfig(repeat=3, min_repeat_ms=5, timeout_s=TIMEOUT_S, screen=None)
 
 
 @pytest.fixture(scope="module")
@@ -205,6 +205,21 @@ def stencil_file(tmp_path):
     path = tmp_path / "stencil.py"
     path.write_text(textwrap.dedent(STENCIL))
     return path
+
+
+def test_clearly_slow_candidates_are_screened_after_one_repeat(spec):
+    fast, slow = tiled(spec), Schedule(spec.tensors())   # vectorized tiles vs scalar loops
+    with Measurer(spec, dataclasses.replace(CONFIG, screen=1.5, builders=1)) as m:
+        r_slow_first, r_fast, r_slow = m.measure([slow, fast, slow.split("C.k", factor=8)])
+    assert r_fast.ok and r_slow.ok and r_slow_first.ok
+    assert len(r_slow_first.costs) == CONFIG.repeat     # nothing timed before it: measured fully
+    assert len(r_fast.costs) == CONFIG.repeat
+    assert r_slow.median > 1.5 * r_fast.median and len(r_slow.costs) == 1
+    with Measurer(spec, dataclasses.replace(CONFIG, screen=None, builders=1)) as m:
+        _, r_slow = m.measure([fast, slow])
+    assert len(r_slow.costs) == CONFIG.repeat
+    with pytest.raises(ValueError, match="screen must be None or a number >= 1"):
+        MeasureConfig(screen=0.5)
 
 
 def test_user_file_workload_measures_ok(stencil_file):

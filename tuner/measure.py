@@ -43,7 +43,10 @@ How timings are protected from noise
   OpenMP thread pool.  ``number`` (calls per repeat) is then calibrated so a
   repeat lasts at least ``min_repeat_ms`` (40 ms), which averages away timer
   resolution, call overhead and short interruptions; ``repeat`` repeats (5)
-  give ``costs`` (seconds per call), and their median ranks candidates.
+  give ``costs`` (seconds per call), and their median ranks candidates.  A
+  candidate whose first repeat is already ``screen`` (1.5) times slower than
+  the best so far stops there: it cannot become the best, and the time goes
+  to the contenders.
   ``flush_cache=True`` instead times single calls, each after writing a
   buffer twice the size of the largest cache.
 - **What it cannot remove.**  Other processes on a shared machine.  Absolute
@@ -111,6 +114,12 @@ class MeasureConfig:
     builders : int or None
         Builder processes; None: every core (or the cores left free by
         ``threads``), at least one.
+    screen : float or None
+        A candidate whose first repeat is more than ``screen`` times slower
+        than the fastest candidate this measurer has timed stops after that
+        repeat (its ``costs`` then hold that one entry): a clearly slow
+        candidate needs no precise median, and tuning spends its time on the
+        contenders (1.5).  None times every candidate fully.
     """
     repeat: int = 5
     min_repeat_ms: float = 40.0
@@ -124,6 +133,7 @@ class MeasureConfig:
     memory_limit_mb: int | None = 8192
     seed: int = 0
     builders: int | None = None
+    screen: float | None = 1.5
 
     def __post_init__(self):
         def positive(name, value, kind=(int,)):
@@ -135,6 +145,9 @@ class MeasureConfig:
         for name in ("number", "threads", "memory_limit_mb", "builders"):
             if getattr(self, name) is not None:
                 positive(name, getattr(self, name))
+        if self.screen is not None and (isinstance(self.screen, bool) or not isinstance(self.screen, (int, float))
+                                        or not self.screen >= 1):
+            raise ValueError(f"MeasureConfig.screen must be None or a number >= 1, got {self.screen!r}")
         for name in ("rtol", "atol"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
@@ -148,7 +161,9 @@ class MeasureResult:
     Attributes
     ----------
     costs : list of float
-        Seconds per kernel call, one entry per repeat; empty on error.
+        Seconds per kernel call, one entry per repeat (one entry if the
+        candidate was screened out as clearly slow, see
+        ``MeasureConfig.screen``); empty on error.
     error_kind : str or None
         None, or one of :data:`logs.record.ERROR_KINDS`.
     error_msg : str or None
@@ -270,6 +285,7 @@ class Measurer:
         self._runner_init = {"affinity": runner_cpus, "memory_limit_mb": limit}
         self._runner = None
         self._objects: OrderedDict = OrderedDict()   # PrimFunc -> (object, uses_openmp, compile_seconds)
+        self._best_s = math.inf     # fastest median timed so far (for screening)
         self._started = False
         self._before_timing = None
 
@@ -451,7 +467,10 @@ class Measurer:
             results[i] = _fail("runtime", f"could not start the runner process: {err}", func)
             return None
         budget = max(0.05, self.config.timeout_s - compile_s)
-        self._runner.send(("run", {"func": func, "object": obj, "uses_openmp": omp, "budget_s": budget}))
+        screen = self.config.screen
+        cutoff = screen * self._best_s if screen is not None and math.isfinite(self._best_s) else None
+        self._runner.send(("run", {"func": func, "object": obj, "uses_openmp": omp, "budget_s": budget,
+                                   "cutoff_s": cutoff}))
         now = time.monotonic()
         return (i, now + budget + _GRACE_S, now, compile_s)
 
@@ -477,6 +496,7 @@ class Measurer:
         else:
             results[i] = MeasureResult(costs=list(reply["costs"]), compile_seconds=compile_s, run_seconds=run_s,
                                        func=func)
+            self._best_s = min(self._best_s, results[i].median)
 
 
 def measure_once(spec: WorkloadSpec, candidates: list, config: MeasureConfig | None = None) -> list:

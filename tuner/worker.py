@@ -338,14 +338,14 @@ class _Runner:
         cfunc = proto(address)
         args = (*self.ptrs, self.threads)
         try:
-            result = self._measure(cfunc, args, budget, t_start)
+            result = self._measure(cfunc, args, budget, t_start, job.get("cutoff_s"))
         finally:
             del cfunc, tracker  # frees the JIT code of this candidate
         result["link_seconds"] = link_s
         result["run_seconds"] = time.perf_counter() - t_start
         return result
 
-    def _measure(self, cfunc, args, budget: float, t_start: float) -> dict:
+    def _measure(self, cfunc, args, budget: float, t_start: float, cutoff: float | None = None) -> dict:
         cfg = self.cfg
         for out in self.outputs:
             out.fill(self.np.iinfo(out.dtype).min if out.dtype.kind in "iu" else self.np.nan)
@@ -387,6 +387,8 @@ class _Runner:
                     cfunc(*args)
                 dt = time.perf_counter() - t0
                 costs.append(dt / number)
+                if len(costs) == 1 and cutoff is not None and costs[0] > cutoff:
+                    break   # clearly slower than the best so far: one repeat is enough
                 too_long = out_of_time(cfg["repeat"] - len(costs), dt)
                 if too_long:
                     return too_long

@@ -394,8 +394,17 @@ class FunctionGen:
     # -------------------------------------------------------- statements
     def stmt(self, s) -> None:
         if isinstance(s, Seq):
-            for c in s.stmts:
-                self.stmt(c)
+            stmts, i = s.stmts, 0
+            while i < len(stmts):
+                j = i
+                while j < len(stmts) and self._outlined(stmts[j]):
+                    j += 1
+                if j > i:       # consecutive parallel loops share one thread team
+                    self.parallel(stmts[i:j])
+                    i = j
+                else:
+                    self.stmt(stmts[i])
+                    i += 1
         elif isinstance(s, Store):
             self.store(s)
         elif isinstance(s, For):
@@ -436,11 +445,16 @@ class FunctionGen:
                 else:
                     VectorContext(self, For(s.var, lanes, s.kind, body)).emit()
             return
-        if s.kind is ForKind.PARALLEL and not self.in_parallel and self.vec is None:
-            self.parallel(s)
+        if self._outlined(s):
+            self.parallel([s])
             return
         self.serial_loop(s.var.name, ir.Constant(I32, 0), ir.Constant(I32, s.extent), s.body,
                          known_nonempty=True)
+
+    def _outlined(self, s) -> bool:
+        """Does ``s`` run on the thread team (a parallel loop not nested in another)?"""
+        return (isinstance(s, For) and s.kind is ForKind.PARALLEL and s.extent > 1
+                and not self.in_parallel and self.vec is None)
 
     @staticmethod
     def native_lanes() -> int:
@@ -520,11 +534,21 @@ class FunctionGen:
             self.b.call(self.mod.declare("free", VOID, [PTR]), [ptr])
 
     # -------------------------------------------------------- parallel loops
-    def parallel(self, s: For) -> None:
-        """Outline ``s`` into a worker function and run it on libgomp's thread team."""
-        names, used = free_names(s.body)
+    def parallel(self, loops: list) -> None:
+        """Outline parallel ``loops`` (consecutive statements) into one worker function
+        and run it on libgomp's thread team, with a barrier between the loops.
+
+        One region instead of one per loop saves a fork/join per call and a
+        worker and trampoline function per loop (about 1.5 ms of machine code
+        generation each).
+        """
+        names, used = set(), set()
+        for s in loops:
+            n, u = free_names(s.body)
+            names |= n - {s.var.name}
+            used |= u
         bufs = [b for b in self.bufs if b in used]
-        bound = {n: self.vars[n] for n in sorted(names & self.vars.keys()) if n != s.var.name}
+        bound = {n: self.vars[n] for n in sorted(names & self.vars.keys())}
         consts = {n: v for n, v in bound.items() if isinstance(v, ir.Constant)}
         var_names = [n for n in bound if n not in consts]
         types = [PTR] * len(bufs) + [I32] * len(var_names)
@@ -540,7 +564,7 @@ class FunctionGen:
             wg.bufs[b] = arg
         wg.vars.update(zip(var_names, worker.args[len(bufs):]))
         wg.vars.update(consts)
-        wg.emit_partitioned(s)
+        wg.emit_partitioned(loops)
 
         # GOMP_parallel runs void(ptr data) on every thread: unpack the closure.
         closure_ty = ir.LiteralStructType(types)
@@ -559,19 +583,24 @@ class FunctionGen:
         nthreads = self.b.select(positive, self.num_threads, ir.Constant(I32, 0))   # 0: default
         self.b.call(gomp, [tramp, closure, nthreads, ir.Constant(I32, 0)])
 
-    def emit_partitioned(self, s: For) -> None:
-        """Worker body: this thread's static block of ``range(s.extent)``."""
+    def emit_partitioned(self, loops: list) -> None:
+        """Worker body: for each loop, this thread's static block of ``range(extent)``;
+        all threads meet at a barrier before the next loop."""
         b = self.b
         tid = b.call(self.mod.declare("omp_get_thread_num", I32, []), [])
         nt = b.call(self.mod.declare("omp_get_num_threads", I32, []), [])
-        # Balanced blocks: the first extent % nt threads take one extra iteration.
-        extent = ir.Constant(I32, s.extent)
-        q, r = b.udiv(extent, nt), b.urem(extent, nt)
-        extra = b.icmp_unsigned("<", tid, r)
-        start = b.add(b.mul(tid, q), b.select(extra, tid, r))
-        end = b.add(b.add(start, q), b.zext(extra, I32))
-        self.serial_loop(s.var.name, start, end, s.body)
-        b.ret_void()
+        for n, s in enumerate(loops):
+            if n:
+                self.b.call(self.mod.declare("GOMP_barrier", VOID, []), [])
+            b = self.b
+            # Balanced blocks: the first extent % nt threads take one extra iteration.
+            extent = ir.Constant(I32, s.extent)
+            q, r = b.udiv(extent, nt), b.urem(extent, nt)
+            extra = b.icmp_unsigned("<", tid, r)
+            start = b.add(b.mul(tid, q), b.select(extra, tid, r))
+            end = b.add(b.add(start, q), b.zext(extra, I32))
+            self.serial_loop(s.var.name, start, end, s.body)
+        self.b.ret_void()
 
     # -------------------------------------------------------- memory
     def offset(self, buf: Buffer, indices):

@@ -29,7 +29,7 @@ _WHEEL_LIB_DIRS = ("scikit_learn.libs", "xgboost_cpu.libs", "xgboost.libs", "tor
 
 # Symbols generated code may call; resolved explicitly so the JIT never depends
 # on how the dynamic loader scoped the libraries.
-_OMP_SYMBOLS = ("GOMP_parallel", "omp_get_thread_num", "omp_get_num_threads")
+_OMP_SYMBOLS = ("GOMP_parallel", "GOMP_barrier", "omp_get_thread_num", "omp_get_num_threads")
 _LIBC_SYMBOLS = ("aligned_alloc", "free")
 
 

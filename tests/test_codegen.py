@@ -369,6 +369,27 @@ def test_nested_parallel_runs_serially_inside():
     assert k.llvm_ir.count("call void @GOMP_parallel") == 1
 
 
+def test_consecutive_parallel_loops_share_one_region_with_a_barrier():
+    # The second loop reads, reversed, what the first wrote: each thread needs
+    # the other threads' blocks, so only the barrier between them makes it right.
+    n = 1 << 16
+    A, B, C = buf("A", (n,)), buf("B", (n,)), buf("C", (n,))
+    T = buf("T", (n,), scope=Scope.GLOBAL)
+    i, j, m = Var("i"), Var("j"), Var("m")
+    body = Allocate(T, seq(loop(i, n, st(T, (i,), ld(A, i) * c(3.0)), PARALLEL),
+                           loop(j, n, st(B, (j,), ld(T, n - 1 - j) - c(1.0)), PARALLEL),
+                           loop(m, n, st(C, (m,), ld(B, n - 1 - m) + ld(T, m)), PARALLEL)))
+    f = PrimFunc("two_par", (A, B, C), body)
+    a = rand((n,))
+    for threads in (1, 2, 3):
+        b, cc = np.zeros(n, np.float32), np.zeros(n, np.float32)
+        k = run(f, a, b, cc, threads=threads)
+        np.testing.assert_array_equal(b, a[::-1] * 3 - 1)
+        np.testing.assert_array_equal(cc, b[::-1] + a * 3)
+    assert k.llvm_ir.count("call void @GOMP_parallel") == 1
+    assert "call void @GOMP_barrier" in k.llvm_ir   # (-O3 may duplicate the straight-line code)
+
+
 def test_parallel_captures_outer_loop_var():
     M, N = 4, 33
     A, B = buf("A", (M, N)), buf("B", (M, N))

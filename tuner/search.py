@@ -108,7 +108,16 @@ STALE_ASKS = 96     # consecutive proposals with nothing new before a space coun
 def make_sampler(name: str, seed: int):
     import optuna
     if name == "tpe":
-        return optuna.samplers.TPESampler(seed=seed, multivariate=True, n_startup_trials=8)
+        # The spaces are conditional (a pack or split decision exists only when
+        # its stage does): ``group`` models each set of co-occurring decisions
+        # jointly instead of falling back to one independent TPE per decision
+        # (slower, and blind to interactions).  ``constant_liar`` counts a
+        # round's pending asks as bad so the round's asks spread out.
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, constant_liar=True,
+                                              n_startup_trials=8)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "cmaes":

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from .errors import LoweringError
 from .expr import Binary, BinOp, Const, Expr, Var, const
 from .ir import Allocate, Buffer, For, ForKind, IfThenElse, Load, PrimFunc, Scope, Store, seq
-from .simplify import Linear, _lin, int_range, linear_range, simplify
+from .simplify import Linear, _lin, _Simplifier, int_range, linear_range, simplify
 from .stage import Fuse, Split, Stage, StageGraph
 from .rewrite import rewrite as _rewrite, substitute as _substitute
 from .te import AxisKind, Reduce, Reducer, TensorRead, free_vars
@@ -83,6 +83,7 @@ class _Lowering:
         self.no_version = 0         # > 0 while emitting the guarded (edge-tile) copy of a nest
         self.known: list = []     # version checks known true here (the fast copy of an enclosing version)
         self.var_kind: dict = {}    # loop Var -> ForKind, for every stage's leaf loops
+        self._simplifier = None     # shares simplified subexpressions while ``ranges`` is unchanged
         self.attached: dict = {}
         for s in graph.stages:
             if s.attach.kind == "at":
@@ -238,6 +239,7 @@ class _Lowering:
         self._check_annotations(s, lay)
         saved = dict(self.ranges)
         self.ranges.update({lay.vars[n]: (0, lay.extents[n] - 1) for n in s.leaf})
+        self._simplifier = None
         try:
             return self._emit_stage(s, lay)
         finally:
@@ -306,6 +308,12 @@ class _Lowering:
             inner = self._with_stage(p, inner)
         return inner
 
+    def simplify(self, e: Expr) -> Expr:
+        """``simplify(e, self.ranges)``, memoized across calls while the ranges stay the same."""
+        if self._simplifier is None or self._simplifier.ranges is not self.ranges:
+            self._simplifier = _Simplifier(self.ranges)
+        return self._simplifier.visit(e)
+
     def _versioned(self, pending: list, build):
         """``build(pending)``, split into a guard-free full-tile copy when the bound loops decide it."""
         if not pending or self.no_version:
@@ -314,10 +322,10 @@ class _Lowering:
         for c in pending:
             if not any(self.var_kind.get(v) in _TIGHT for v in free_vars(c[0]) - self.bound):
                 continue  # a guard on serial loops is cheap; duplicating the nest is not
-            whole = _for_all_inner(simplify(c[0], self.ranges), self.bound, self.ranges)
+            whole = _for_all_inner(self.simplify(c[0]), self.bound, self.ranges)
             if whole is None:
                 continue
-            whole = simplify(whole, self.ranges)
+            whole = self.simplify(whole)
             if whole in self.known:     # an enclosing version already checked it
                 dropped.append(c)
                 continue
@@ -356,7 +364,7 @@ class _Lowering:
     def _guard(self, conds: list, body):
         cond = None
         for c, _ in conds:
-            c = simplify(c, self.ranges)
+            c = self.simplify(c)
             if c in self.known:
                 continue
             if isinstance(c, Const):
@@ -385,9 +393,9 @@ class _Lowering:
                     if buf is None:
                         raise LoweringError("lower", f"tensor {n.tensor.name!r} is read but is not in the "
                                             "workload list")
-                return Load(buf, tuple(simplify(i, self.ranges) for i in idx))
+                return Load(buf, tuple(self.simplify(i) for i in idx))
             return None
-        return simplify(_rewrite(e, fn), self.ranges)
+        return self.simplify(_rewrite(e, fn))
 
     def _check_annotations(self, s: Stage, lay: _Layout) -> None:
         unrolled = [n for n in s.leaf if s.annotation(n) is ForKind.UNROLLED and lay.extents[n] > 1]

@@ -135,6 +135,19 @@ class _Lowering:
             c = simplify(Binary(BinOp.LT, rel_vals[r], const(extents[r])), leaf_ranges)
             if not (isinstance(c, Const) and c.value):
                 conds.append((c, is_sp))
+        # A split of a split whose factor does not divide it covers more than
+        # its parent: k.1 = k.1.0 * 5 + k.1.1 reaches 19 for a k.1 of extent
+        # 16.  The root guard alone would let those iterations run, as terms
+        # of the next block (counted twice by a reduction) or past a local
+        # buffer, so each such inner node gets its own guard.
+        roots = set(s.root)
+        for rel in s.relations:
+            if isinstance(rel, Split) and rel.parent not in roots \
+                    and extents[rel.outer] * extents[rel.inner] > extents[rel.parent]:
+                c = simplify(Binary(BinOp.LT, simplify(values[rel.parent], leaf_ranges),
+                                    const(extents[rel.parent])), leaf_ranges)
+                if not (isinstance(c, Const) and c.value):
+                    conds.append((c, s.loops[rel.parent].kind is AxisKind.SPATIAL))
         if s.attach.kind == "at":
             for d, r in enumerate(spatial):
                 g = Binary(BinOp.ADD, region[d][0], rel_vals[r])

@@ -119,6 +119,21 @@ def test_nested_splits_and_fuse_of_split_loops():
     check_against_evaluator(s)
 
 
+@pytest.mark.parametrize("outer, inner", [(16, 5), (8, 3), (10, 4), (7, 2)])
+def test_nested_non_dividing_split_of_a_reduction_counts_each_term_once(outer, inner):
+    # k.1 = k.1.0 * inner + k.1.1 runs past k.1's extent; those iterations must not run
+    s = Schedule(matmul_wl(M=8, N=9, K=31)).split("C.k", factor=outer).split("C.k.1", factor=inner)
+    check_against_evaluator(s)
+    check_against_evaluator(s.reorder("C.k.0", "C.k.1.0", "C.i", "C.k.1.1", "C.j"))
+
+
+def test_nested_non_dividing_split_inside_a_local_tile():
+    s = Schedule(matmul_wl(M=30, N=45, K=23)).cache_write("C").split("C.i", factor=10).split("C.j", factor=16)
+    s = s.reorder("C.i.0", "C.j.0", "C.i.1", "C.j.1").compute_at("C_local", "C.j.0")
+    s = s.split("C_local.i", factor=4).split("C_local.k", factor=8).split("C_local.k.1", factor=3)
+    check_against_evaluator(s)
+
+
 # ------------------------------------------------------------- illegal uses
 
 ILLEGAL = [

@@ -1,7 +1,8 @@
 """Property test: random valid schedules compute the same numbers as numpy.
 
-Hypothesis draws a sequence of primitives (splits with any factor, reorders,
-fusion, annotations, cache_write + compute_at, packing, inlining) on matmul,
+Hypothesis draws a sequence of primitives (splits and splits of splits with any
+factor, reorders, fusion, annotations, cache_write + compute_at, packing,
+inlining) on matmul,
 conv2d and softmax with odd shapes; the built kernel must match the numpy
 reference.  A drawn schedule that is illegal must raise ScheduleError, never
 crash or compute garbage.
@@ -22,10 +23,11 @@ SETTINGS = settings(max_examples=12, deadline=None, suppress_health_check=[Healt
 
 def _random_loop_nest(data, s: Schedule, stage: str) -> Schedule:
     """Random splits, a random order and random annotations on one stage's loops."""
-    for loop in list(s.loops(stage)):
-        if data.draw(st.booleans(), label=f"split {loop}"):
-            f = data.draw(st.integers(1, s.extent(loop) + 2), label=f"factor {loop}")
-            s = s.split(loop, factor=f)
+    for _ in range(2):      # a second pass splits split loops (nested, often non-dividing)
+        for loop in list(s.loops(stage)):
+            if data.draw(st.booleans(), label=f"split {loop}"):
+                f = data.draw(st.integers(1, s.extent(loop) + 2), label=f"factor {loop}")
+                s = s.split(loop, factor=f)
     loops = s.loops(stage)
     order = data.draw(st.permutations(loops), label="order")
     s = s.reorder(*order)

@@ -185,7 +185,8 @@ class GeneratedSpace:
             if st.is_output:
                 continue
             cons = g.consumers(st)
-            if st.is_reduction and len(cons) == 1 and _is_epilogue(st, cons[0]):
+            if st.is_reduction and len(cons) == 1 and _is_epilogue(st, cons[0]) \
+                    and cons[0].name not in epilogue_of.values():   # (one anchor tiles an epilogue)
                 epilogue_of[st.name] = cons[0].name
                 continue
             hosts = {hosted.get(c.name, c.name) for c in cons}

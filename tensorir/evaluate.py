@@ -385,7 +385,7 @@ class _StageEvaluator:
         where = f"{self.tensor.name}[{', '.join(map(str, coords[:self.n_spatial]))}]"
         if nd > self.n_spatial:
             where += " with " + ", ".join(f"{k}={v}" for k, v in zip(names[self.n_spatial:], coords[self.n_spatial:]))
-        return EvaluateError(f"stage {self.tensor.name!r} reads {e} out of bounds: index {d} is {int(value)}, "
+        return EvaluateError(f"stage {self.tensor.name!r} reads {e} out of bounds: dimension {d} index is {int(value)}, "
                              f"outside [0, {n}), at {where} (guard the read with te.if_then_else)")
 
 

@@ -106,7 +106,7 @@ def test_nested_select_guards_compose():
 def test_out_of_bounds_in_taken_branch_is_reported():
     X = te.placeholder((4,), "float32", "X")
     Y = te.compute((6,), lambda i: te.if_then_else(i >= 1, X[i - 1], 0.0), "Y")
-    msg = r"reads X\[i - 1\] out of bounds: index 0 is 4, outside \[0, 4\), at Y\[5\]"
+    msg = r"reads X\[i - 1\] out of bounds: dimension 0 index is 4, outside \[0, 4\), at Y\[5\]"
     with pytest.raises(EvaluateError, match=msg):
         evaluate([X, Y], [rand((4,))])
 
@@ -115,7 +115,7 @@ def test_out_of_bounds_outside_select_is_reported_with_reduce_position():
     A = te.placeholder((3, 3), "float32", "A")
     k = te.reduce_axis(4, "k")
     C = te.compute((3,), lambda i: te.sum(A[i, k], axis=k), "C")
-    with pytest.raises(EvaluateError, match=r"index 1 is 3, outside \[0, 3\), at C\[0\] with k=3"):
+    with pytest.raises(EvaluateError, match=r"dimension 1 index is 3, outside \[0, 3\), at C\[0\] with k=3"):
         evaluate([A, C], [rand((3, 3))])
 
 

@@ -10,7 +10,7 @@ import pytest
 from logs import TuningFallbackWarning, TuningLog, build
 from schedules.knobs import KnobSpace, SplitEntity, _factorizations
 from schedules.space import FixedDecisions, RandomDecisions
-from tensorir import ops
+from tensorir import ops, te
 from tensorir.errors import DecisionError, ScheduleError
 from tuner.cli import main
 from tuner.search import TuneConfig, Tuner
@@ -32,6 +32,18 @@ def not_tensors(n=3):
 
 def raises(n=3):
     raise RuntimeError("boom")
+
+def outputs_first(n=5):
+    x = te.placeholder((n,), "float32", "x")
+    return [te.compute((n,), lambda i: x[i] * 2.0, "y"), x]
+
+def reads_past_end(n=8):
+    x = te.placeholder((n,), "float32", "x")
+    return [x, te.compute((n,), lambda i: x[i + 1], "y")]
+
+def log_of_signed(n=64):
+    x = te.placeholder((n,), "float32", "x")      # inputs in [-1, 1): half the outputs are NaN
+    return [x, te.compute((n,), lambda i: te.log(x[i]), "y")]
 '''
 
 
@@ -116,6 +128,24 @@ def test_generated_space_invalid_share_is_zero_on_user_stencil(tmp_path):
     space = GeneratedSpace(spec.tensors())
     for seed in range(30):
         space.apply(RandomDecisions(seed)).lower()  # never raises: every decision vector is legal
+
+
+def two_products_plus(M=12, N=20, K=9):
+    """Y = X @ W + H @ U: two reductions feed one elementwise output."""
+    X, W = te.placeholder((M, K), "float32", "X"), te.placeholder((K, N), "float32", "W")
+    H, U = te.placeholder((M, K), "float32", "H"), te.placeholder((K, N), "float32", "U")
+    k1, k2 = te.reduce_axis(K, "k1"), te.reduce_axis(K, "k2")
+    XW = te.compute((M, N), lambda i, j: te.sum(X[i, k1] * W[k1, j], axis=k1), "XW")
+    HU = te.compute((M, N), lambda i, j: te.sum(H[i, k2] * U[k2, j], axis=k2), "HU")
+    return [X, W, H, U, te.compute((M, N), lambda i, j: XW[i, j] + HU[i, j], "Y")]
+
+
+def test_generated_space_with_two_reductions_feeding_one_output():
+    from schedules.space import GeneratedSpace
+    from tests.conftest import check_against_evaluator
+    space = GeneratedSpace(two_products_plus())
+    for src in [FixedDecisions(space.default_decisions())] + [RandomDecisions(seed) for seed in range(12)]:
+        check_against_evaluator(space.apply(src))
 
 
 # -------------------------------------------------------------------- knobs
@@ -230,7 +260,9 @@ def test_cli_bad_input_is_one_line_exit_2(capsys, args, pattern):
 
 
 @pytest.mark.parametrize("func,pattern", [("not_tensors", r"not_tensors"), ("raises", r"boom"),
-                                          ("missing", r"no function named 'missing'")])
+                                          ("missing", r"no function named 'missing'"),
+                                          ("outputs_first", r"input\(s\) 'x' listed after output 'y'"),
+                                          ("reads_past_end", r"reads x\[i \+ 1\] out of bounds")])
 def test_cli_bad_user_function(tmp_path, capsys, func, pattern):
     path = tmp_path / "ops.py"
     path.write_text(STENCIL)
@@ -238,6 +270,15 @@ def test_cli_bad_user_function(tmp_path, capsys, func, pattern):
     assert code == 2 and "Traceback" not in err
     import re
     assert re.search(pattern, err), err
+
+
+def test_cli_tunes_a_workload_whose_reference_has_nans(tmp_path, capsys):
+    path = tmp_path / "ops.py"
+    path.write_text(STENCIL)
+    code, out, err = run_cli(capsys, "tune", f"{path}:log_of_signed", "--trials", "3", "--json", "--quiet",
+                             "--log", str(tmp_path / "x.jsonl"))
+    assert code == 0, err
+    assert json.loads(out.strip().splitlines()[-1])["best_gflops"] > 0
 
 
 def test_asks_prepared_ahead_pause_while_kernels_are_timed(tmp_path, monkeypatch):

@@ -82,15 +82,21 @@ def compare_with_numpy(spec, trace: dict, threads: int, rounds: int = 5):
     from tensorir.build import build
 
     from .compare import side_by_side
+    from .measure import MeasureConfig
+    from .worker import check_outputs
     tensors = spec.tensors()
     inputs = spec.inputs(0)
     outs = [np.empty(t.shape, t.dtype) for t in spec.output_tensors()]
     tuned = build(Schedule.from_json(tensors, trace).lower())
     tuned.threads = threads
     tuned(*inputs, *outs)
-    for got, ref in zip(outs, spec.reference(inputs)):  # the kernel we report is checked again here
-        if not np.allclose(got, ref, rtol=1e-3, atol=1e-3 * max(1.0, float(np.abs(ref).max(initial=0)))):
-            raise CLIError("the best logged schedule computes a wrong result in this process; not reported")
+    # the kernel we report is checked again here, as the measurer checked it
+    cfg = MeasureConfig()
+    problem = check_outputs([t.name for t in spec.output_tensors()], outs, spec.reference(inputs), cfg.rtol,
+                            cfg.atol, spec.reduction_length)
+    if problem:
+        raise CLIError(f"the best logged schedule computes a wrong result in this process ({problem}); "
+                       "not reported")
     fns = {"tuned": lambda: tuned(*inputs, *outs)}
     impl = spec.numpy_impl()
     with _threadpool(threads):
@@ -124,6 +130,8 @@ def cmd_workloads(args) -> int:
 
 def cmd_tune(args) -> int:
     from logs import default_log_path
+
+    from tensorir.evaluate import EvaluateError
 
     from .search import TuneConfig, Tuner
     from .spec import SpecError, WorkloadSpec
@@ -165,6 +173,8 @@ def cmd_tune(args) -> int:
         result = tuner.run()
     except ImportError as err:
         raise CLIError(f"cannot use --storage {storage}: {err}") from None
+    except EvaluateError as err:   # the measurer computes the reference outputs first
+        raise CLIError(f"cannot compute the reference outputs of {spec.label}: {err}") from None
     finally:
         progress.close()
     out = {"workload": spec.name, "params": spec.params, "trials": result.trials, "resumed": result.resumed,

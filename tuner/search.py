@@ -210,7 +210,14 @@ class Tuner:
         if not study.trials:
             self._warm_start_study(study, previous)
             if self.config.seed_heuristic:
-                study.enqueue_trial(self._as_params(self.space.default_decisions()), skip_if_exists=True)
+                try:
+                    heuristic = self._as_params(self.space.default_decisions())
+                except Exception as err:  # noqa: BLE001 - a space bug must not sink the run: search without it
+                    import warnings
+                    warnings.warn(f"the search space's heuristic starting point failed ({type(err).__name__}: "
+                                  f"{err}); searching without it", RuntimeWarning, stacklevel=2)
+                else:
+                    study.enqueue_trial(heuristic, skip_if_exists=True)
         return study
 
     def _as_params(self, decisions: dict) -> dict:

@@ -255,6 +255,11 @@ class WorkloadSpec:
         if not any(not t.is_placeholder for t in tensors):
             raise SpecError(f"{where}: the returned tensors are all placeholders; list the computed "
                             "output tensor(s) after the inputs")
+        first_out = next(n for n, t in enumerate(tensors) if not t.is_placeholder)
+        late = [t.name for t in tensors[first_out:] if t.is_placeholder]
+        if late:
+            raise SpecError(f"{where}: input(s) {', '.join(map(repr, late))} listed after output "
+                            f"{tensors[first_out].name!r}; return the inputs first, then the outputs")
         from schedules.schedule import Schedule
         from tensorir.errors import ScheduleError
         try:

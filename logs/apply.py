@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import warnings
 
-from .lookup import Lookup, find_best
+from .lookup import find_best
 
 
 class TuningFallbackWarning(UserWarning):
@@ -31,14 +31,21 @@ def best_schedule(tensors, paths=None, threads: int | None = None, name: str | N
     from schedules import Schedule
     from tensorir.errors import ScheduleError
     from tensorir.serialize import workload_key
-    lookup = find_best(workload_key(tensors), current_target(threads), paths, name=name, params=params)
+    tensors = list(tensors)
+    replayed = {}
+
+    def replays(record) -> bool:
+        try:
+            replayed[id(record)] = Schedule.from_json(tensors, record.trace)
+            return True
+        except (ScheduleError, ValueError, TypeError, KeyError):
+            return False
+
+    lookup = find_best(workload_key(tensors), current_target(threads), paths, name=name, params=params,
+                       usable=replays)
     if lookup.record is None:
         return None, lookup
-    try:
-        return Schedule.from_json(list(tensors), lookup.record.trace), lookup
-    except ScheduleError as err:
-        why = f"the best tuning record does not replay on this workload ({err}); using the default schedule"
-        return None, Lookup(None, "none", lookup.searched, why, lookup.source)
+    return replayed[id(lookup.record)], lookup
 
 
 def build(tensors, log=None, threads: int | None = None, name: str | None = None, params: dict | None = None,

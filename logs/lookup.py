@@ -65,7 +65,7 @@ class _WorkloadSummary:
     params: dict | None = None
     count: int = 0
     errors: Counter = field(default_factory=Counter)
-    best: dict = field(default_factory=dict)  # target_key -> fastest TuningRecord
+    best: dict = field(default_factory=dict)  # target_key -> the TOP_K fastest records, fastest first
 
 
 @dataclass
@@ -96,6 +96,9 @@ def clear_cache() -> None:
         _CACHE.clear()
 
 
+TOP_K = 8   # records kept per workload and target: the next ones serve if the best does not replay
+
+
 def _summarize(records: Iterable[TuningRecord]) -> _WorkloadSummary:
     summary = _WorkloadSummary()
     for record in records:
@@ -104,10 +107,11 @@ def _summarize(records: Iterable[TuningRecord]) -> _WorkloadSummary:
         if not record.ok:
             summary.errors[record.error_kind] += 1
             continue
-        tkey = target_key(record.target)
-        known = summary.best.get(tkey)
-        if known is None or record.median_cost < known.median_cost:
-            summary.best[tkey] = record
+        top = summary.best.setdefault(target_key(record.target), [])
+        if len(top) < TOP_K or record.median_cost < top[-1].median_cost:
+            top.append(record)
+            top.sort(key=lambda r: r.median_cost)
+            del top[TOP_K:]
     return summary
 
 
@@ -157,17 +161,23 @@ def _display(path: str) -> str:
     return path
 
 
-def _pick(summaries: list[_FileSummary], workload_key: str,
-          accept) -> tuple[TuningRecord | None, str | None]:
-    best, source = None, None
+def _pick(summaries: list[_FileSummary], workload_key: str, accept,
+          usable) -> tuple[TuningRecord | None, str | None, int]:
+    """The fastest usable record of the accepted targets, its log, and how many faster ones were unusable."""
+    found = []
     for summary in summaries:
         wl = summary.workloads.get(workload_key)
         if wl is None:
             continue
-        for tkey, record in wl.best.items():
-            if accept(tkey) and (best is None or record.median_cost < best.median_cost):
-                best, source = record, summary.path
-    return best, source
+        for tkey, records in wl.best.items():
+            if accept(tkey):
+                found.extend((r.median_cost, n, r, summary.path) for n, r in enumerate(records))
+    skipped = 0
+    for _, _, record, path in sorted(found, key=lambda x: (x[0], x[1])):
+        if usable is None or usable(record):
+            return record, path, skipped
+        skipped += 1
+    return None, None, skipped
 
 
 def _cost_text(record: TuningRecord) -> str:
@@ -179,7 +189,7 @@ def _cost_text(record: TuningRecord) -> str:
 
 def find_best(workload_key: str, target: Mapping,
               paths: Iterable[str | os.PathLike] | None = None, *,
-              name: str | None = None, params: Mapping | None = None) -> Lookup:
+              name: str | None = None, params: Mapping | None = None, usable=None) -> Lookup:
     """Find the best tuned record for a workload on a target across several logs.
 
     Parameters
@@ -194,6 +204,9 @@ def find_best(workload_key: str, target: Mapping,
         Missing files count as empty.
     name, params : optional
         Workload name and shape, used in the message when no log knows the key.
+    usable : callable, optional
+        ``usable(record) -> bool``; records it rejects (e.g. a trace that does
+        not replay on these tensors) are passed over for the next fastest.
 
     Returns
     -------
@@ -233,8 +246,10 @@ def find_best(workload_key: str, target: Mapping,
         ("other_target", lambda k: True),
     ]
     shown = label or f"workload key {workload_key}"
+    unusable = 0
     for match, accept in levels:
-        record, source = _pick(summaries, workload_key, accept)
+        record, source, skipped = _pick(summaries, workload_key, accept, usable)
+        unusable = max(unusable, skipped)
         if record is None:
             continue
         where = _display(source)
@@ -248,9 +263,15 @@ def find_best(workload_key: str, target: Mapping,
             reason = (f"no tuning record for {shown} on {cpu or kind}; using the best one "
                       f"measured on {describe_target(record.target)} from {where}, "
                       f"which may be slow here")
+        if skipped:
+            reason += f"; {skipped} faster record(s) do not replay on these tensors and were skipped"
         return Lookup(record, match, searched, reason, source)
 
-    return Lookup(None, "none", searched, _none_reason(workload_key, label, summaries))
+    reason = _none_reason(workload_key, label, summaries)
+    if unusable:
+        reason = (f"the {unusable} best tuning record(s) for {shown} do not replay on these tensors (traces "
+                  f"name stages and loops; were tensors or axes renamed?); using the default schedule")
+    return Lookup(None, "none", searched, reason)
 
 
 def _none_reason(workload_key: str, label: str | None,

@@ -9,6 +9,7 @@ import pytest
 
 from logs import TuningFallbackWarning, TuningLog, build
 from schedules.knobs import KnobSpace, SplitEntity, _factorizations
+from schedules import Schedule
 from schedules.space import FixedDecisions, RandomDecisions
 from tensorir import ops, te
 from tensorir.errors import DecisionError, ScheduleError
@@ -205,6 +206,49 @@ def test_cli_workloads(capsys):
     assert code == 0
     for name in ("matmul", "conv2d", "softmax", "layer_norm", "dense"):
         assert name in out
+
+
+def _small_matmul(names):
+    a, b, c, i, j, k = names
+    A, B = te.placeholder((9, 7), "float32", a), te.placeholder((7, 12), "float32", b)
+    r = te.reduce_axis(7, k)
+    return [A, B, te.compute((9, 12), lambda *ij: te.sum(A[ij[0], r] * B[r, ij[1]], axis=r), c)]
+
+
+def test_renamed_workload_shares_the_key_but_only_replayable_records_are_used(tmp_path):
+    """The workload key is structural; traces name loops: records of another naming are skipped."""
+    import dataclasses
+    first, second = _small_matmul("ABCijk"), _small_matmul("XWYmnr")
+    log = TuningLog(tmp_path / "log.jsonl")
+    from tensorir.serialize import workload_key
+    assert workload_key(first) == workload_key(second)
+    spec_of = lambda path, fn: WorkloadSpec.parse(f"{path}:{fn}")  # noqa: E731
+    path = tmp_path / "ops.py"
+    path.write_text("from tests.test_tuner import _small_matmul\n"
+                    "def first():\n    return _small_matmul('ABCijk')\n"
+                    "def second():\n    return _small_matmul('XWYmnr')\n")
+    Tuner(spec_of(path, "first"), small_config(2, cost_model=False), log=log).run()
+    res = Tuner(spec_of(path, "second"), small_config(2, cost_model=False), log=log).run()
+    Schedule.from_json(second, res.best.trace)      # the reported best replays on this naming
+    # a record of the first naming, faster than anything: skipped for the second naming
+    def replays_on_second(rec):
+        try:
+            Schedule.from_json(second, rec.trace)
+            return True
+        except ScheduleError:
+            return False
+    fake = next(r for r in log.records() if r.ok and not replays_on_second(r))
+    log.append(dataclasses.replace(fake, costs=(1e-9,)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        k2 = build(second, log=tmp_path / "log.jsonl")
+        k1 = build(first, log=tmp_path / "log.jsonl")
+    assert "do not replay on these tensors and were skipped" in k2.lookup.reason
+    assert k1.lookup.record.median_cost == 1e-9
+    x, w = np.ones((9, 7), np.float32), np.ones((7, 12), np.float32)
+    y = np.zeros((9, 12), np.float32)
+    k2.bind(x, w, y)()
+    np.testing.assert_allclose(y, x @ w)
 
 
 def test_cli_tune_json_and_report(tmp_path, capsys):

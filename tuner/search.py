@@ -265,6 +265,23 @@ class Tuner:
             model.update(np.stack(feats), np.array(thr), [self.spec.key] * len(feats))
         return model
 
+    def _best_replayable(self, records: list):
+        """The fastest successful record whose trace replays on this run's tensors.
+
+        The workload key is structural, so a log may hold records of the same
+        computation written with other tensor or axis names, which name other
+        loops and do not replay here.
+        """
+        from schedules.schedule import Schedule
+        tensors = self.spec.tensors()
+        for rec in sorted((r for r in records if r.ok), key=lambda r: -(r.gflops or 0.0)):
+            try:
+                Schedule.from_json(tensors, rec.trace)
+            except (ScheduleError, ValueError, TypeError, KeyError):
+                continue
+            return rec
+        return None
+
     # ------------------------------------------------------------ candidates
     def _prepare(self, trial, decisions: dict | None = None) -> Candidate:
         from cost_model import extract_features
@@ -301,7 +318,7 @@ class Tuner:
         st = _RunState(seen={decision_key(r.decisions) for r in previous})
         study = self._study(previous)
         model = self._cost_model(previous)
-        best = max((r for r in previous if r.ok), key=lambda r: r.gflops or 0.0, default=None)
+        best = self._best_replayable(previous)
         history = []
         measured = 0
         stop_reason = None

@@ -34,6 +34,9 @@ def not_tensors(n=3):
 def raises(n=3):
     raise RuntimeError("boom")
 
+def exits(n=3):
+    raise SystemExit(3)
+
 def outputs_first(n=5):
     x = te.placeholder((n,), "float32", "x")
     return [te.compute((n,), lambda i: x[i] * 2.0, "y"), x]
@@ -292,6 +295,10 @@ def space(cfg, s):
     (["tune", "matmul", "--trials", "0"], r"--trials must be a positive integer"),
     (["tune", "matmul", "--log", "/proc/version/x.jsonl"], r"cannot"),
     (["tune", "matmul", "--space", "/no/such.py:s"], r"not found"),
+    (["tune", "matmul", "--storage", "notaurl"], r"cannot open the Optuna storage 'notaurl'"),
+    (["tune", "matmul", "--seed", "-5"], r"--seed must be an integer in \[0, 2\*\*32\)"),
+    (["tune", "ops.py"], r"looks like a file: name the function.*ops\.py:function"),
+    (["report", "--top", "-2"], r"--top must be a positive integer, got -2"),
 ])
 def test_cli_bad_input_is_one_line_exit_2(capsys, args, pattern):
     code, out, err = run_cli(capsys, *args)
@@ -306,6 +313,7 @@ def test_cli_bad_input_is_one_line_exit_2(capsys, args, pattern):
 @pytest.mark.parametrize("func,pattern", [("not_tensors", r"not_tensors"), ("raises", r"boom"),
                                           ("missing", r"no function named 'missing'"),
                                           ("outputs_first", r"input\(s\) 'x' listed after output 'y'"),
+                                          ("exits", r"exits\(\) raised SystemExit: 3"),
                                           ("reads_past_end", r"reads x\[i \+ 1\] out of bounds")])
 def test_cli_bad_user_function(tmp_path, capsys, func, pattern):
     path = tmp_path / "ops.py"
@@ -314,6 +322,16 @@ def test_cli_bad_user_function(tmp_path, capsys, func, pattern):
     assert code == 2 and "Traceback" not in err
     import re
     assert re.search(pattern, err), err
+
+
+def test_workload_file_imports_a_module_next_to_it(tmp_path):
+    (tmp_path / "helper_mod_for_test.py").write_text("FACTOR = 3.0\n")
+    (tmp_path / "uses.py").write_text("from tensorir import te\nfrom helper_mod_for_test import FACTOR\n"
+                                      "def f(n=8):\n    x = te.placeholder((n,), 'float32', 'x')\n"
+                                      "    return [x, te.compute((n,), lambda i: x[i] * FACTOR, 'y')]\n")
+    spec = WorkloadSpec.parse(f"{tmp_path / 'uses.py'}:f")
+    x = spec.inputs(0)[0]
+    np.testing.assert_allclose(spec.reference([x])[0], x * 3.0)
 
 
 def test_cli_tunes_a_workload_whose_reference_has_nans(tmp_path, capsys):

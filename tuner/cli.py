@@ -134,7 +134,7 @@ def cmd_tune(args) -> int:
 
     from tensorir.evaluate import EvaluateError
 
-    from .search import TuneConfig, Tuner
+    from .search import StorageError, TuneConfig, Tuner
     from .spec import SpecError, WorkloadSpec
     if args.trials < 1:
         raise CLIError(f"--trials must be a positive integer, got {args.trials}")
@@ -142,6 +142,8 @@ def cmd_tune(args) -> int:
         raise CLIError(f"--threads must be a positive integer, got {args.threads}")
     if args.timeout is not None and args.timeout <= 0:
         raise CLIError(f"--timeout must be positive, got {args.timeout}")
+    if not 0 <= args.seed < 2 ** 32:
+        raise CLIError(f"--seed must be an integer in [0, 2**32), got {args.seed}")
     try:
         spec = WorkloadSpec.parse(args.workload, args.params)
         spec.tensors()
@@ -174,6 +176,8 @@ def cmd_tune(args) -> int:
         result = tuner.run()
     except ImportError as err:
         raise CLIError(f"cannot use --storage {storage}: {err}") from None
+    except StorageError as err:
+        raise CLIError(str(err)) from None
     except EvaluateError as err:   # the measurer computes the reference outputs first
         raise CLIError(f"cannot compute the reference outputs of {spec.label}: {err}") from None
     finally:
@@ -221,6 +225,8 @@ def cmd_tune(args) -> int:
 
 def cmd_report(args) -> int:
     from .report import report
+    if args.top < 1:
+        raise CLIError(f"--top must be a positive integer, got {args.top}")
     print(report(args.log, args.workload, args.params, top=args.top, show_nest=args.loop_nest))
     return 0
 
@@ -267,6 +273,10 @@ def main(argv=None) -> int:
         parser.print_help()
         return EXIT_USAGE
     handlers = {"workloads": cmd_workloads, "tune": cmd_tune, "report": cmd_report}
+    import warnings
+    saved = warnings.formatwarning
+    # warnings (skipped log lines, fallbacks) are messages to the user: one line, no source excerpt
+    warnings.formatwarning = lambda message, category, *_, **__: f"tensortune: warning: {message}\n"
     try:
         return handlers[args.command](args)
     except CLIError as err:
@@ -278,6 +288,8 @@ def main(argv=None) -> int:
         print("\ninterrupted: every measured candidate is already in the log; run the same command to resume",
               file=sys.stderr)
         return 130
+    finally:
+        warnings.formatwarning = saved
 
 
 if __name__ == "__main__":

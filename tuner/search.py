@@ -42,6 +42,10 @@ from .spec import WorkloadSpec
 SAMPLERS = ("tpe", "random", "cmaes", "gp")
 
 
+class StorageError(RuntimeError):
+    """The Optuna storage (``--storage`` URL) cannot be opened; the message says why in one line."""
+
+
 @dataclass
 class TuneConfig:
     """How a tuning run searches.  Defaults suit a 64-trial run on a few cores."""
@@ -148,7 +152,7 @@ def pretrain_from_log(model, log, exclude_key: str, target: dict, limit: int = 9
     from schedules import Schedule
     want = target_key(target)[:2]
     feats, thr, groups, specs = [], [], [], {}
-    for rec in reversed(log.records()):
+    for rec in reversed(log.read(warn=False).records):   # (the run already warned about skipped lines)
         if len(feats) >= limit:
             break
         if rec.workload_key == exclude_key or target_key(rec.target)[:2] != want or not rec.trace.get("instructions"):
@@ -204,9 +208,15 @@ class Tuner:
         tag = "generated" if isinstance(self.space, GeneratedSpace) else \
             f"knobs-{getattr(getattr(self.space, 'fn', None), '__name__', 'custom')}"
         name = f"{self.spec.key}-{self.target['cpu']}-t{self.target['threads']}-{self.config.sampler}-{tag}"
-        study = optuna.create_study(storage=self.storage, sampler=make_sampler(self.config.sampler,
-                                    self.config.seed), study_name=name, direction="maximize",
-                                    load_if_exists=True)
+        sampler = make_sampler(self.config.sampler, self.config.seed)
+        try:
+            study = optuna.create_study(storage=self.storage, sampler=sampler, study_name=name,
+                                        direction="maximize", load_if_exists=True)
+        except ImportError:
+            raise
+        except Exception as err:  # noqa: BLE001 - SQLAlchemy/Optuna errors of a bad URL or unreachable database
+            raise StorageError(f"cannot open the Optuna storage {self.storage!r}: {type(err).__name__}: "
+                               f"{str(err).splitlines()[0] if str(err) else ''}") from None
         if not study.trials:
             self._warm_start_study(study, previous)
             if self.config.seed_heuristic:

@@ -18,6 +18,7 @@ import importlib.util
 import inspect
 import itertools
 import os
+import sys
 from typing import Callable
 
 import numpy as np
@@ -65,6 +66,9 @@ def load_function(ref: str, what: str = "workload") -> Callable:
     if not os.path.isfile(path):
         raise SpecError(f"{what} file {shown!r} not found (looked for {path})")
     mod_name = f"_tensortune_user_{next(_module_ids)}"
+    folder = os.path.dirname(path)
+    if folder not in sys.path:   # as under `python file.py`, the file may import modules next to it
+        sys.path.append(folder)
     try:
         mspec = importlib.util.spec_from_file_location(mod_name, path)
         module = importlib.util.module_from_spec(mspec)
@@ -147,6 +151,9 @@ class WorkloadSpec:
         if isinstance(items, str):
             items = items.split()
         if not is_user_workload(workload):
+            if str(workload).endswith(".py"):
+                raise SpecError(f"workload {workload!r} looks like a file: name the function that returns "
+                                f"the tensors, as {workload}:function")
             try:
                 params = registry.get_workload(workload).parse_params(list(items))
             except registry.WorkloadError as err:
@@ -239,7 +246,9 @@ class WorkloadSpec:
                 raise SpecError(f"{where}: {_one_line(err)}") from None
         try:
             return fn(**self.params)
-        except Exception as err:  # noqa: BLE001 - report the user's error in one line
+        except BaseException as err:  # noqa: BLE001 - report the user's error in one line, even SystemExit
+            if isinstance(err, KeyboardInterrupt):
+                raise
             raise SpecError(f"{where}: {self._func_name}() raised {type(err).__name__}: "
                             f"{_one_line(err)}") from None
 

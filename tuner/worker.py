@@ -450,6 +450,9 @@ def runner_main(conn, init: dict) -> None:
 
 def child_main(role: str, fd: int) -> None:
     """Entry point of a worker interpreter: read the init message, run the loop."""
+    # Ctrl-C in a terminal reaches the whole process group: the parent handles
+    # it (stops the workers, says how to resume); workers print nothing.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     conn = multiprocessing.connection.Connection(fd)
     try:
         init = conn.recv()

@@ -7,6 +7,11 @@
 >>> C = te.compute((64, 48), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), "C")
 
 A workload is the list of its tensors, inputs first then outputs: ``[A, B, C]``.
+
+Semantics that differ from numpy, as in C and TVM: int32 arithmetic that
+overflows is undefined (compiled code assumes it does not, so
+``(x * 4) // 4`` may simplify to ``x``), and float ``max``/``min`` follow the
+CPU's compare-and-select when an operand is NaN (see :func:`max`).
 """
 from __future__ import annotations
 
@@ -320,14 +325,19 @@ def sum(source, axis=None) -> Reduce:  # noqa: A001 - mirrors tvm.te.sum
 
 
 def max(a, b=None, axis=None):  # noqa: A001
-    """``te.max(x, axis=k)`` is a max-reduction; ``te.max(a, b)`` is elementwise."""
+    """``te.max(x, axis=k)`` is a max-reduction; ``te.max(a, b)`` is elementwise.
+
+    Compiled float code uses the CPU's compare-and-select (``maxps``): where an
+    operand is NaN the result may be the other operand, where numpy's
+    ``np.maximum``/``np.max`` (and :mod:`tensorir.evaluate`) return NaN.
+    """
     if b is not None and axis is None:
         return E.emax(a, b)
     return _reduction(Reducer.MAX, a, axis if axis is not None else b)
 
 
 def min(a, b=None, axis=None):  # noqa: A001
-    """``te.min(x, axis=k)`` is a min-reduction; ``te.min(a, b)`` is elementwise."""
+    """``te.min(x, axis=k)`` is a min-reduction; ``te.min(a, b)`` is elementwise (NaN: see :func:`max`)."""
     if b is not None and axis is None:
         return E.emin(a, b)
     return _reduction(Reducer.MIN, a, axis if axis is not None else b)

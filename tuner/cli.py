@@ -208,6 +208,10 @@ def cmd_tune(args) -> int:
     if result.stop_reason:
         print(f"stopped early: {result.stop_reason}")
     print(f"best          {tuned_s * 1e3:.3f} ms  {gf(tuned_s):.1f} GFLOP/s  (timed again here, side by side)")
+    if tuned_s > 2 * best.median_cost:
+        print(f"note          while tuning it measured {best.median_cost * 1e3:.3f} ms "
+              f"({best.gflops or 0:.1f} GFLOP/s); the re-timing ran {tuned_s / best.median_cost:.1f}x slower: "
+              "the machine may be busy, or a tiny kernel's call overhead dominates")
     if numpy_s:
         print(f"numpy         {numpy_s * 1e3:.3f} ms  {gf(numpy_s):.1f} GFLOP/s  -> tuned/numpy "
               f"{numpy_s / tuned_s:.2f}x")

@@ -21,6 +21,21 @@ def current_target(threads: int | None = None) -> dict:
             "threads": threads or t["num_cores"]}
 
 
+def replay(tensors, record):
+    """The record's schedule on ``tensors``, or None if its trace does not replay there.
+
+    The workload key is structural, so a log may hold records of the same
+    computation written with other tensor or axis names; their traces name
+    other loops.
+    """
+    from schedules import Schedule
+    from tensorir.errors import ScheduleError
+    try:
+        return Schedule.from_json(list(tensors), record.trace)
+    except (ScheduleError, ValueError, TypeError, KeyError):
+        return None
+
+
 def best_schedule(tensors, paths=None, threads: int | None = None, name: str | None = None,
                   params: dict | None = None):
     """``(Schedule or None, Lookup)``: the best logged schedule for this workload and machine.
@@ -28,18 +43,13 @@ def best_schedule(tensors, paths=None, threads: int | None = None, name: str | N
     A record whose trace no longer replays (e.g. written by an incompatible
     version) is reported in the lookup's reason and skipped.
     """
-    from schedules import Schedule
-    from tensorir.errors import ScheduleError
     from tensorir.serialize import workload_key
     tensors = list(tensors)
     replayed = {}
 
     def replays(record) -> bool:
-        try:
-            replayed[id(record)] = Schedule.from_json(tensors, record.trace)
-            return True
-        except (ScheduleError, ValueError, TypeError, KeyError):
-            return False
+        replayed[id(record)] = replay(tensors, record)
+        return replayed[id(record)] is not None
 
     lookup = find_best(workload_key(tensors), current_target(threads), paths, name=name, params=params,
                        usable=replays)

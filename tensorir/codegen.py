@@ -5,8 +5,9 @@ with one pointer per parameter buffer (dense, row-major).  Loop kinds map as:
 
 * ``SERIAL``: a counted loop (rotated, since every extent is a positive constant);
 * ``UNROLLED``: the body emitted ``extent`` times with the variable a constant;
-* ``PARALLEL``: the body is outlined into ``void(ptr closure)`` and run through
-  ``GOMP_parallel`` with a static block partition (nested ones run serially);
+* ``PARALLEL``: outlined and run through ``GOMP_parallel`` with a static block
+  partition, consecutive parallel loops in one region (:mod:`tensorir.codegen_parallel`;
+  nested ones run serially);
 * ``VECTORIZED``: the body is emitted once with ``extent``-lane LLVM vectors
   (:mod:`tensorir.codegen_vector`); bodies holding non-unrolled loops (and
   extents above ``MAX_VECTOR_LANES``) fall back to a serial loop.
@@ -21,34 +22,25 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import math
 
 from llvmlite import ir
 
 from .expr import (COMPARE_OPS, FLOAT_DTYPES, Binary, BinOp, Cast, Const, Select, Unary, UnOp,
                    Var, children)
 from .promote import LOCAL_STACK_LIMIT, promote
-from .ir import Allocate, Buffer, For, ForKind, IfThenElse, Load, PrimFunc, Scope, Seq, Store, walk_stmts
+from .ir import Allocate, For, ForKind, IfThenElse, Load, PrimFunc, Scope, Seq, Store, walk_stmts
+from .llvm_types import (_ITEMSIZE, F32, F64, FP_FLAGS, I1, I32, I64, LLTYPE, PTR, VOID, CodegenError,
+                         _is_scalar_const, _splat)
+from .codegen_address import Addressing
+from .codegen_parallel import ParallelRegions
 
 MAX_VECTOR_LANES = 256          # wider VECTORIZED loops become serial (LLVM may still vectorize)
 ALLOC_ALIGN = 64
-
-I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
-F32, F64 = ir.FloatType(), ir.DoubleType()
-PTR = ir.PointerType()
-VOID = ir.VoidType()
-LLTYPE = {"float32": F32, "float64": F64, "int32": I32, "bool": I1}
-_ITEMSIZE = {"float32": 4, "float64": 8, "int32": 4, "bool": 1}
-FP_FLAGS = ("contract",)        # lets LLVM fuse a*b+c into an FMA, nothing else
 
 _ICMP = {BinOp.LT: "<", BinOp.LE: "<=", BinOp.GT: ">", BinOp.GE: ">=", BinOp.EQ: "==", BinOp.NE: "!="}
 _FLOAT_BINOPS = {BinOp.ADD: "fadd", BinOp.SUB: "fsub", BinOp.MUL: "fmul", BinOp.DIV: "fdiv"}
 _INT_BINOPS = {BinOp.ADD: "add", BinOp.SUB: "sub", BinOp.MUL: "mul"}
 _FLOAT_INTRINSIC = {UnOp.EXP: "exp", UnOp.LOG: "log", UnOp.SQRT: "sqrt", UnOp.TANH: "tanh"}
-
-
-class CodegenError(ValueError):
-    """The loop IR cannot be compiled (unbound variable, type mismatch, ...)."""
 
 
 def codegen(func: PrimFunc) -> ir.Module:
@@ -95,15 +87,6 @@ class _Poison(ir.Constant):
         return "poison"
 
 
-def _splat(ty, value, lanes: int) -> ir.Constant:
-    zero = value == 0 and math.copysign(1.0, value) > 0      # not -0.0
-    return ir.Constant(ir.VectorType(ty, lanes), None if zero else [value] * lanes)
-
-
-def _is_scalar_const(v) -> bool:
-    return isinstance(v, ir.Constant) and not isinstance(v.type, ir.VectorType)
-
-
 @contextlib.contextmanager
 def scoped(mapping: dict, key, value):
     """Bind ``mapping[key] = value`` for the duration of a ``with`` block."""
@@ -120,11 +103,6 @@ def _builder_before_terminator(block) -> ir.IRBuilder:
     builder = ir.IRBuilder(block)
     builder.position_before(block.terminator)
     return builder
-
-
-def _field(builder, ptr, struct_ty, i: int):
-    return builder.gep(ptr, [ir.Constant(I32, 0), ir.Constant(I32, i)], inbounds=True,
-                       source_etype=struct_ty)
 
 
 def _ident(name: str) -> str:
@@ -166,32 +144,7 @@ def is_nonnegative(e) -> bool:
     return False
 
 
-def free_names(stmt) -> tuple:
-    """(variable names, buffers) referenced anywhere under ``stmt``."""
-    names, bufs = set(), set()
-    for s in walk_stmts(stmt):
-        stack = []
-        if isinstance(s, Store):
-            bufs.add(s.buffer)
-            stack = [*s.indices, s.value]
-        elif isinstance(s, IfThenElse):
-            stack = [s.cond]
-        while stack:
-            n = stack.pop()
-            if isinstance(n, Var):
-                names.add(n.name)
-            elif isinstance(n, Load):
-                bufs.add(n.buffer)
-            stack.extend(children(n))
-    return names, bufs
 
-
-def strides(buf: Buffer) -> list:
-    out, acc = [], 1
-    for extent in reversed(buf.shape):
-        out.append(acc)
-        acc *= extent
-    return out[::-1]
 
 
 # ---------------------------------------------------------------- module state
@@ -321,7 +274,7 @@ def type_suffix(ty) -> str:
 
 # ---------------------------------------------------------------- function generation
 
-class FunctionGen:
+class FunctionGen(Addressing, ParallelRegions):
     """Emits statements and expressions into one LLVM function.
 
     ``vars`` maps loop-variable names to i32 values (constants when unrolled);
@@ -532,221 +485,6 @@ class FunctionGen:
             self.stmt(s.body)
         if heap:
             self.b.call(self.mod.declare("free", VOID, [PTR]), [ptr])
-
-    # -------------------------------------------------------- parallel loops
-    def parallel(self, loops: list) -> None:
-        """Outline parallel ``loops`` (consecutive statements) into one worker function
-        and run it on libgomp's thread team, with a barrier between the loops.
-
-        One region instead of one per loop saves a fork/join per call and a
-        worker and trampoline function per loop (about 1.5 ms of machine code
-        generation each).
-        """
-        names, used = set(), set()
-        for s in loops:
-            n, u = free_names(s.body)
-            names |= n - {s.var.name}
-            used |= u
-        bufs = [b for b in self.bufs if b in used]
-        bound = {n: self.vars[n] for n in sorted(names & self.vars.keys())}
-        consts = {n: v for n, v in bound.items() if isinstance(v, ir.Constant)}
-        var_names = [n for n in bound if n not in consts]
-        types = [PTR] * len(bufs) + [I32] * len(var_names)
-        values = [self.bufs[b] for b in bufs] + [bound[n] for n in var_names]
-
-        # The worker's noalias pointer arguments keep the params' aliasing facts;
-        # noinline because inlining it into the trampoline only costs compile time.
-        name = self.mod.outlined_name()
-        worker = self.mod.internal_function(name + ".worker", types, "noinline")
-        wg = FunctionGen(self.mod, worker, in_parallel=True)
-        for arg, b in zip(worker.args, bufs):
-            arg.add_attribute("noalias")
-            wg.bufs[b] = arg
-        wg.vars.update(zip(var_names, worker.args[len(bufs):]))
-        wg.vars.update(consts)
-        wg.emit_partitioned(loops)
-
-        # GOMP_parallel runs void(ptr data) on every thread: unpack the closure.
-        closure_ty = ir.LiteralStructType(types)
-        # The trampoline is cold glue: optnone spares it the optimizer and
-        # instruction selection proper (about a millisecond per function).
-        tramp = self.mod.internal_function(name, [PTR], "noinline", "optnone")
-        tb = ir.IRBuilder(tramp.append_basic_block("entry"))
-        tb.call(worker, [tb.load(_field(tb, tramp.args[0], closure_ty, i), typ=t)
-                         for i, t in enumerate(types)])
-        tb.ret_void()
-        closure = self.entry_alloca(closure_ty, 8)
-        for i, v in enumerate(values):
-            self.b.store(v, _field(self.b, closure, closure_ty, i))
-        gomp = self.mod.declare("GOMP_parallel", VOID, [PTR, PTR, I32, I32])
-        positive = self.b.icmp_signed(">", self.num_threads, ir.Constant(I32, 0))
-        nthreads = self.b.select(positive, self.num_threads, ir.Constant(I32, 0))   # 0: default
-        self.b.call(gomp, [tramp, closure, nthreads, ir.Constant(I32, 0)])
-
-    def emit_partitioned(self, loops: list) -> None:
-        """Worker body: for each loop, this thread's static block of ``range(extent)``;
-        all threads meet at a barrier before the next loop."""
-        b = self.b
-        tid = b.call(self.mod.declare("omp_get_thread_num", I32, []), [])
-        nt = b.call(self.mod.declare("omp_get_num_threads", I32, []), [])
-        for n, s in enumerate(loops):
-            if n:
-                self.b.call(self.mod.declare("GOMP_barrier", VOID, []), [])
-            b = self.b
-            # Balanced blocks: the first extent % nt threads take one extra iteration.
-            extent = ir.Constant(I32, s.extent)
-            q, r = b.udiv(extent, nt), b.urem(extent, nt)
-            extra = b.icmp_unsigned("<", tid, r)
-            start = b.add(b.mul(tid, q), b.select(extra, tid, r))
-            end = b.add(b.add(start, q), b.zext(extra, I32))
-            self.serial_loop(s.var.name, start, end, s.body)
-        self.b.ret_void()
-
-    # -------------------------------------------------------- memory
-    def offset(self, buf: Buffer, indices):
-        """Row-major element offset (i64) of ``buf[indices]``; may be a vector."""
-        if len(indices) != len(buf.shape):
-            raise CodegenError(f"buffer {buf.name!r} has {len(buf.shape)} dimensions, "
-                               f"indexed with {len(indices)}")
-        if any(self.mod.unsafe(i) for i in indices):
-            return self._offset(buf, indices, hoist=False)
-        names = sorted({n for i in indices for n in self.mod.free_vars(i)})
-        key = ("offset", buf.shape, tuple(self.mod.canon(i) for i in indices))
-        return self.hoisted(key, names, lambda: self._offset(buf, indices, hoist=True), indices)
-
-    def _offset(self, buf: Buffer, indices, hoist: bool):
-        total, folded = None, 0
-        for idx, stride in zip(indices, strides(buf)):
-            v = self.expr(idx)
-            if _is_scalar_const(v):
-                folded += v.constant * stride
-                continue
-            if hoist:   # share sext(i) * stride between accesses
-                term = self.hoisted(("term", self.mod.canon(idx), stride), self.mod.free_vars(idx),
-                                    lambda v=v, stride=stride: self.scaled(v, stride), idx)
-            else:
-                term = self.scaled(v, stride)
-            total = term if total is None else self.add_mixed(total, term)
-        if total is None:
-            return ir.Constant(I64, folded)
-        if folded:
-            total = self.add_mixed(total, ir.Constant(I64, folded))
-        return total
-
-    def scaled(self, v, stride: int):
-        """``sext(v) * stride`` in i64 (v an i32 index, maybe a vector)."""
-        term = self.b.sext(v, ir.VectorType(I64, v.type.count) if isinstance(v.type, ir.VectorType) else I64)
-        if stride != 1:
-            term = self.b.mul(term, self.const_like(term, stride, I64), flags=("nsw",))
-        return term
-
-    def add_mixed(self, a, b):
-        a, b = self.unify(a, b)
-        return self.b.add(a, b, flags=("nsw",))
-
-    def base_pointer(self, buf: Buffer):
-        ptr = self.bufs.get(buf)
-        if ptr is None:
-            raise CodegenError(f"buffer {buf.name!r} is used outside its allocation "
-                               "(not a parameter and not allocated by an enclosing Allocate)")
-        return ptr
-
-    def address(self, buf: Buffer, indices):
-        """Pointer to the scalar element ``buf[indices]`` (a vector of pointers for gathers).
-
-        Affine offsets become a chain of pointers, one link per loop level that
-        contributes a term, each emitted in that loop's header and shared by
-        every access; the constant part is a final GEP at the access, which
-        instruction selection folds into the addressing mode.  So unrolled
-        accesses ``A[i + 0, k]`` .. ``A[i + 7, k]`` share one pointer per ``k``
-        and differ by displacements, with no help from LLVM's loop passes.
-        """
-        # Under a lane mask the first lane's address may lie outside the buffer
-        # (padding reads A[-1] in a masked-off lane): no inbounds there.
-        inbounds = self.vec is None or self.vec.mask is None
-        etype = LLTYPE[buf.dtype]
-        chain = self.affine_chain(buf, indices)
-        if chain is None:
-            off = self.offset(buf, indices)
-            return self.b.gep(self.base_pointer(buf), [off], inbounds=inbounds, source_etype=etype)
-        levels, const = chain
-        ptr = self.base_pointer(buf)
-        floor = self.buf_depth.get(buf, 0)       # heap buffers exist from their Allocate on
-        here = len(self.anchors) - 1
-        key = (id(ptr),)
-        for depth, terms in levels:
-            key += ((depth, tuple((k, c, id(v)) for k, c, v in terms)),)
-            at = max(depth, floor)
-            cache = self.anchors[at][1] if at <= here else None
-            hit = cache.get(key) if cache is not None else None
-            if hit is None:
-                saved = self.b
-                if cache is not None:
-                    self.b = self.anchors[at][0]
-                try:
-                    total = None
-                    for _, c, v in terms:
-                        t = v if c == 1 else self.b.mul(v, ir.Constant(I64, c), flags=("nsw",))
-                        total = t if total is None else self.b.add(total, t, flags=("nsw",))
-                    link = self.b.gep(ptr, [total], source_etype=etype)
-                finally:
-                    self.b = saved
-                hit = (link, ptr, terms)
-                if cache is not None:
-                    cache[key] = hit
-            ptr = hit[0]
-        if const or not levels:
-            ptr = self.b.gep(ptr, [ir.Constant(I64, const)], inbounds=inbounds, source_etype=etype)
-        return ptr
-
-    def affine_chain(self, buf: Buffer, indices):
-        """``([(depth, [(key, coef, i64 value)])], const)`` for a scalar affine offset, else None."""
-        if len(indices) != len(buf.shape):
-            raise CodegenError(f"buffer {buf.name!r} has {len(buf.shape)} dimensions, "
-                               f"indexed with {len(indices)}")
-        coefs, const, atoms = {}, 0, {}
-        for idx, stride in zip(indices, strides(buf)):
-            aff = self.mod.affine(idx)
-            if aff is None:
-                return None
-            for k, c in aff[0].items():
-                coefs[k] = coefs.get(k, 0) + c * stride
-            const += aff[1] * stride
-            atoms.update(aff[2])
-        by_depth = {}
-        for k, c in coefs.items():
-            if c == 0:
-                continue
-            if isinstance(k, str):
-                v = self.vars.get(k)
-                if v is None:
-                    raise CodegenError(f"variable {k!r} is used but not bound by an enclosing loop")
-                depth = self.depth.get(k, 0)
-            else:
-                v = self.expr(atoms[k])
-                depth = max((self.depth.get(n, 0) for n in self.mod.free_vars(atoms[k])), default=0)
-            if isinstance(v.type, ir.VectorType):
-                return None
-            if isinstance(v, ir.Constant):
-                const += c * v.constant
-                continue
-            by_depth.setdefault(depth, []).append((k, c, self.wide(k, v, depth)))
-        levels = [(d, sorted(by_depth[d], key=lambda t: str(t[0]))) for d in sorted(by_depth)]
-        return levels, const
-
-    def wide(self, key, v, depth: int):
-        """i64 value of the i32 index ``v`` (a loop's own i64 counter when there is one)."""
-        if isinstance(key, str) and key in self.vars64:
-            return self.vars64[key]
-        anchor, cache = self.anchors[depth]
-        hit = cache.get(("sext", id(v)))
-        if hit is None:
-            saved, self.b = self.b, anchor
-            try:
-                hit = cache[("sext", id(v))] = (self.b.sext(v, I64), v)
-            finally:
-                self.b = saved
-        return hit[0]
 
     # -------------------------------------------------------- vector plumbing
     def const_like(self, like, value, scalar_ty):

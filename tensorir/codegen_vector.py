@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from .codegen import (_ITEMSIZE, F32, FP_FLAGS, I1, I32, I64, LLTYPE, PTR, VOID, FunctionGen, _splat,
-                      scoped, strides, type_suffix)
+from .codegen import FunctionGen, scoped, type_suffix
+from .llvm_types import _ITEMSIZE, F32, FP_FLAGS, I1, I32, I64, LLTYPE, PTR, VOID, _splat, strides
 from .expr import Binary, BinOp, Const, Var
 from .ir import Buffer, For, IfThenElse, Load, Store
 

@@ -276,21 +276,11 @@ class Tuner:
         return model
 
     def _best_replayable(self, records: list):
-        """The fastest successful record whose trace replays on this run's tensors.
-
-        The workload key is structural, so a log may hold records of the same
-        computation written with other tensor or axis names, which name other
-        loops and do not replay here.
-        """
-        from schedules.schedule import Schedule
+        """The fastest successful record whose trace replays on this run's tensors (see :func:`logs.replay`)."""
+        from logs.apply import replay
         tensors = self.spec.tensors()
-        for rec in sorted((r for r in records if r.ok), key=lambda r: -(r.gflops or 0.0)):
-            try:
-                Schedule.from_json(tensors, rec.trace)
-            except (ScheduleError, ValueError, TypeError, KeyError):
-                continue
-            return rec
-        return None
+        return next((r for r in sorted((r for r in records if r.ok), key=lambda r: -(r.gflops or 0.0))
+                     if replay(tensors, r) is not None), None)
 
     # ------------------------------------------------------------ candidates
     def _prepare(self, trial, decisions: dict | None = None) -> Candidate:

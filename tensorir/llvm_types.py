@@ -1,0 +1,38 @@
+"""LLVM types, constants and small helpers shared by the code generator's modules."""
+from __future__ import annotations
+
+import math
+
+from llvmlite import ir
+
+from .ir import Buffer
+
+
+I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
+F32, F64 = ir.FloatType(), ir.DoubleType()
+PTR = ir.PointerType()
+VOID = ir.VoidType()
+LLTYPE = {"float32": F32, "float64": F64, "int32": I32, "bool": I1}
+_ITEMSIZE = {"float32": 4, "float64": 8, "int32": 4, "bool": 1}
+FP_FLAGS = ("contract",)        # lets LLVM fuse a*b+c into an FMA, nothing else
+
+
+class CodegenError(ValueError):
+    """The loop IR cannot be compiled (unbound variable, type mismatch, ...)."""
+
+
+def _splat(ty, value, lanes: int) -> ir.Constant:
+    zero = value == 0 and math.copysign(1.0, value) > 0      # not -0.0
+    return ir.Constant(ir.VectorType(ty, lanes), None if zero else [value] * lanes)
+
+
+def _is_scalar_const(v) -> bool:
+    return isinstance(v, ir.Constant) and not isinstance(v.type, ir.VectorType)
+
+
+def strides(buf: Buffer) -> list:
+    out, acc = [], 1
+    for extent in reversed(buf.shape):
+        out.append(acc)
+        acc *= extent
+    return out[::-1]

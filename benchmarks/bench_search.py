@@ -4,8 +4,9 @@
                                       [--out benchmarks/search_results.json]
 
 Strategies: random search (Optuna RandomSampler, no model), Optuna alone (TPE,
-each ask measured) and Optuna + cost model (TPE asks 4x, XGBoost ranks, top
-plus epsilon-random measured).  Every run starts from an empty log and, so
+each ask measured) and Optuna + cost model (per measured candidate 2 TPE asks
+and 4 mutants of the best measured schedules; half of each batch is TPE's
+first asks in its order, the other half the XGBoost model's top picks).  Every run starts from an empty log and, so
 that the comparison is about the search, WITHOUT the space's heuristic first
 trial (``--with-heuristic`` puts it back, as `tensortune tune` does).  Reports best GFLOP/s (as measured while tuning) after
 16/32/64/128/256 trials, median and range over seeds; then the cost model's

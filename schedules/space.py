@@ -82,6 +82,31 @@ class RandomDecisions(DecisionSource):
         return self.rng.choice(choices)
 
 
+class MutatedDecisions(DecisionSource):
+    """A parent's decisions with the ones named in ``mutate`` changed (local search).
+
+    A mutated decision moves to a neighbouring choice (half the time) or to any
+    other choice; a decision the parent lacks, or whose value is no longer
+    offered (an earlier mutation changed the choices), is drawn at random.
+    """
+
+    def __init__(self, parent: dict, mutate, rng: random.Random):
+        super().__init__()
+        self.parent, self.mutate, self.rng = dict(parent), set(mutate), rng
+
+    def _pick(self, name, choices):
+        v = self.parent.get(name)
+        if v in choices and name not in self.mutate:
+            return v
+        if v in choices and len(choices) > 1:
+            i = choices.index(v)
+            if self.rng.random() < 0.5:
+                step = self.rng.choice((-1, 1))
+                return choices[i + step if 0 <= i + step < len(choices) else i - step]
+            return choices[self.rng.choice([j for j in range(len(choices)) if j != i])]
+        return self.rng.choice(choices)
+
+
 class OptunaDecisions(DecisionSource):
     """Each decision is an integer index ``suggest_int(name, 0, n-1)`` into its ordered choices.
 

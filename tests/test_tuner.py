@@ -10,7 +10,7 @@ import pytest
 from logs import TuningFallbackWarning, TuningLog, build
 from schedules.knobs import KnobSpace, SplitEntity, _factorizations
 from schedules import Schedule
-from schedules.space import FixedDecisions, RandomDecisions
+from schedules.space import FixedDecisions, GeneratedSpace, MutatedDecisions, RandomDecisions
 from tensorir import ops, te
 from tensorir.errors import DecisionError, ScheduleError
 from tuner.cli import main
@@ -177,6 +177,29 @@ def test_knob_space_define_split_reorder_knob(tmp_path):
         np.testing.assert_allclose(c, spec_in[0] @ spec_in[1], rtol=1e-4)
     with pytest.raises(DecisionError, match="is not one of its choices"):
         space.apply(FixedDecisions({**default, "tile_i": [5, 5]}))
+
+
+def test_mutated_decisions_change_the_named_decision_and_keep_the_rest():
+    import random
+    space = GeneratedSpace(ops.matmul(64, 48, 32))
+    parent = space.default_decisions()
+    rng = random.Random(0)
+    moved = 0
+    for name in parent:
+        for _ in range(4):
+            src = MutatedDecisions(parent, [name], rng)
+            try:
+                space.apply(src)
+            except ScheduleError:
+                continue
+            if len(src.choices.get(name, [])) > 1:
+                assert src.decisions[name] != parent[name]
+                moved += 1
+            for k in parent:
+                if k != name and src.decisions.get(k, parent[k]) != parent[k]:
+                    # only a decision whose old value is no longer offered may change
+                    assert parent[k] not in src.choices[k]
+    assert moved >= len(parent)
 
 
 def test_split_factorizations():
@@ -352,14 +375,14 @@ def test_asks_prepared_ahead_pause_while_kernels_are_timed(tmp_path, monkeypatch
     state = {"timing": False, "overlaps": 0, "threaded": 0}
     real_prepare, real_measure = S.Tuner._prepare, Measurer.measure
 
-    def prepare(self, trial, decisions=None):
+    def prepare(self, trial, decisions=None, src=None):
         if threading.current_thread() is not threading.main_thread():
             state["threaded"] += 1
         for _ in range(5):      # slow asks: the background thread is still busy when timing starts
             if state["timing"]:
                 state["overlaps"] += 1
             _time.sleep(0.01)
-        return real_prepare(self, trial, decisions)
+        return real_prepare(self, trial, decisions, src)
 
     def measure(self, candidates, before_timing=None):
         def hook():
@@ -402,3 +425,40 @@ def test_seeded_search_is_reproducible_with_asks_prepared_ahead(tmp_path, monkey
         Tuner(spec, small_config(16), log=log).run()
         runs.append([json.dumps(r.decisions, sort_keys=True) for r in log.records()])
     assert len(runs[0]) >= 16 and runs[0] == runs[1]
+
+
+def test_model_picked_mutants_are_measured_told_to_the_study_and_replay(tmp_path, monkeypatch):
+    """With a trained model, variants of the best schedules compete with the sampler's asks."""
+    import optuna
+    import tuner.search as S
+    from tuner.measure import MeasureResult, Measurer
+
+    def fake_measure(self, candidates, before_timing=None):
+        if before_timing is not None:
+            before_timing()
+        return [MeasureResult(costs=[1e-3 * (1 + hash(str(f)) % 97)], func=f) for f in candidates]
+
+    studies = []
+    real_study = S.Tuner._study
+
+    def keep_study(self, previous):
+        studies.append(real_study(self, previous))
+        return studies[-1]
+
+    monkeypatch.setattr(Measurer, "measure", fake_measure)
+    monkeypatch.setattr(S.Tuner, "_study", keep_study)
+    spec = WorkloadSpec.parse("matmul", ["M=64", "N=48", "K=32"])
+    log = TuningLog(tmp_path / "l")
+    res = Tuner(spec, small_config(24), log=log).run()
+    assert res.trials == 24 and 0 < res.mutants < 24
+    done = [t for t in studies[0].trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(done) == res.trials + res.invalid, "every measurement, mutant or ask, is a completed trial"
+    recs = [r for r in log.records() if r.ok]
+    assert len({json.dumps(r.decisions, sort_keys=True) for r in recs}) == len(recs) == 24
+    space = Tuner(spec, small_config(1)).space
+    for r in recs:     # every logged decision vector (mutants included) replays exactly
+        src = FixedDecisions(r.decisions, strict=True)
+        space.apply(src)
+        assert src.decisions == r.decisions
+    # without the model (or with no mutants wanted) nothing but the sampler's asks is measured
+    assert Tuner(spec, small_config(12, cost_model=False), log=TuningLog(tmp_path / "m")).run().mutants == 0

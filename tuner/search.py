@@ -1,29 +1,35 @@
 """The tuning loop: Optuna proposes, the cost model ranks, the best are measured.
 
-Each round:
+Each round measures ``batch_size`` candidates:
 
-1. ask ``batch_size * asks_per_measure`` trials from the Optuna study; each
-   trial's decisions build a schedule through the search space and are lowered
-   (an illegal combination is recorded as an invalid candidate).  From the
+1. ask trials from the Optuna study (``asks_per_measure`` per measured
+   candidate once the cost model is trained, else one); each trial's
+   decisions build a schedule through the search space and are lowered (an
+   illegal combination is recorded as an invalid candidate).  With a trained
+   model, ``mutants_per_measure`` *mutants* per measured candidate join them:
+   one or two decisions of one of the best measured schedules changed (local
+   search, as MetaSchedule's evolutionary search does; the sampler alone
+   samples near good regions but rarely refines the best point).  From the
    second round on, this runs in a thread while the previous round compiles
    (it pauses while kernels are timed, and completes before the previous
    round's results are told, so each round's asks see the history up to two
    rounds back, whatever the timing);
-2. the XGBoost cost model ranks the lowered candidates by predicted speed
-   (before it has data, the sampler's order is kept);
-3. the top ``batch_size`` minus an epsilon share are measured, plus the epsilon
-   share drawn at random from the rest (exploration the model cannot veto);
-4. measured trials are told their GFLOP/s (0 for a failed candidate, so the
-   sampler learns to avoid it); **unmeasured asks are told FAIL**: Optuna's
-   samplers build their models from COMPLETE trials only, so a withdrawn ask
-   never enters the sampler's density estimates with a made-up value, and
-   (with TPE's constant liar) it still diversified the asks of its round;
-5. every candidate is appended to the tuning log, and the cost model is updated.
+2. the sampler's first asks, an ``epsilon`` share of the batch, are measured
+   as the sampler ordered them (exploration the model cannot veto); the rest
+   of the batch is the top of the XGBoost model's ranking of all other asks
+   and mutants (before the model has data, the sampler's order is kept);
+3. measured trials are told their GFLOP/s (0 for a failed candidate, so the
+   sampler learns to avoid it); a measured mutant is added to the study as a
+   completed trial.  **Unmeasured asks are told FAIL**: Optuna's samplers
+   build their models from COMPLETE trials only, so a withdrawn ask never
+   enters the sampler's density estimates with a made-up value, and (with
+   TPE's constant liar) it still diversified the asks of its round;
+   unmeasured mutants were never trials and are dropped;
+4. every candidate is appended to the tuning log, and the cost model is updated.
 """
 from __future__ import annotations
 
 import json
-import math
 import random
 import threading
 import time
@@ -33,7 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from logs import TuningLog, TuningRecord
-from schedules.space import FixedDecisions, GeneratedSpace, OptunaDecisions
+from schedules.space import FixedDecisions, GeneratedSpace, MutatedDecisions, OptunaDecisions
 from tensorir.errors import ScheduleError
 
 from .measure import MeasureConfig, MeasureResult, Measurer
@@ -51,8 +57,9 @@ class TuneConfig:
     """How a tuning run searches.  Defaults suit a 64-trial run on a few cores."""
     trials: int = 64                 # measured candidates (invalid ones are not counted)
     batch_size: int = 8              # candidates measured per round
-    asks_per_measure: int = 3        # asks ranked by the cost model per measured candidate
-    epsilon: float = 0.125           # share of each batch picked at random (exploration)
+    asks_per_measure: int = 2        # sampler asks per measured candidate, once the model ranks them
+    mutants_per_measure: int = 4     # variants of the best measured schedules per measured candidate
+    epsilon: float = 0.5             # share of each batch measured in the sampler's order (exploration)
     sampler: str = "tpe"
     seed: int = 0
     cost_model: bool = True
@@ -71,6 +78,7 @@ class Candidate:
     func: object = None
     features: object = None
     error: MeasureResult | None = None
+    choices: dict = field(default_factory=dict)   # decision name -> the choices it was offered
 
 
 @dataclass
@@ -86,6 +94,7 @@ class TuneResult:
     tune_seconds: float
     log: str | None
     stop_reason: str | None = None   # why fewer than the requested trials were measured
+    mutants: int = 0                 # measured candidates that were model-picked mutants (not asks)
 
     @property
     def best_gflops(self) -> float:
@@ -107,6 +116,7 @@ class TuneResult:
 
 
 STALE_ASKS = 96     # consecutive proposals with nothing new before a space counts as exhausted
+PARENTS = 8         # mutants are made from this many of the best measured schedules
 
 
 def make_sampler(name: str, seed: int):
@@ -172,6 +182,15 @@ def pretrain_from_log(model, log, exclude_key: str, target: dict, limit: int = 9
     return len(feats)
 
 
+def _add_trial(study, decisions: dict, choices: dict, value: float) -> None:
+    """Tell the study a measurement it did not ask for (a resumed record or a mutant)."""
+    import optuna
+    from optuna.distributions import IntDistribution
+    params = {k: choices[k].index(v) for k, v in decisions.items()}
+    dists = {k: IntDistribution(0, len(choices[k]) - 1) for k in params}
+    study.add_trial(optuna.trial.create_trial(params=params, distributions=dists, value=value))
+
+
 def _import_xgboost() -> None:
     try:
         import xgboost  # noqa: F401
@@ -199,7 +218,7 @@ class Tuner:
         self.target = host_target(self.config.threads)
         # a hand-written KnobSpace, or the space generated from the tensor expression
         self.space = space if space is not None else GeneratedSpace(spec.tensors())
-        self.rng = random.Random(self.config.seed)
+        self.mutation_rng = random.Random(self.config.seed)  # mutants (the asking thread, one at a time)
 
     # --------------------------------------------------------------- setup
     def _study(self, previous: list):
@@ -237,18 +256,13 @@ class Tuner:
         return {k: src.choices[k].index(v) for k, v in src.decisions.items()}
 
     def _warm_start_study(self, study, previous: list) -> None:
-        import optuna
-        from optuna.distributions import IntDistribution
         for rec in previous:
             try:
                 src = FixedDecisions(rec.decisions, strict=True)
                 self.space.apply(src)
             except (ScheduleError, ValueError):
                 continue  # recorded by an older space: the log still serves lookups
-            params = {k: src.choices[k].index(v) for k, v in src.decisions.items()}
-            dists = {k: IntDistribution(0, len(src.choices[k]) - 1) for k in params}
-            study.add_trial(optuna.trial.create_trial(params=params, distributions=dists,
-                                                      value=rec.gflops if rec.ok and rec.gflops else 0.0))
+            _add_trial(study, src.decisions, src.choices, rec.gflops if rec.ok and rec.gflops else 0.0)
 
     def _cost_model(self, previous: list):
         if not self.config.cost_model:
@@ -283,9 +297,10 @@ class Tuner:
                      if replay(tensors, r) is not None), None)
 
     # ------------------------------------------------------------ candidates
-    def _prepare(self, trial, decisions: dict | None = None) -> Candidate:
+    def _prepare(self, trial, decisions: dict | None = None, src=None) -> Candidate:
         from cost_model import extract_features
-        src = OptunaDecisions(trial) if trial is not None else FixedDecisions(decisions or {})
+        if src is None:
+            src = OptunaDecisions(trial) if trial is not None else FixedDecisions(decisions or {})
         cand = Candidate(trial, {})
         try:
             cand.schedule = self.space.apply(src)
@@ -296,6 +311,7 @@ class Tuner:
         except Exception as err:  # noqa: BLE001 - a bug sinks one candidate, never the run
             cand.error = MeasureResult(error_kind="schedule", error_msg=f"{type(err).__name__}: {err}")
         cand.decisions = dict(src.decisions)
+        cand.choices = dict(src.choices)
         if cand.func is not None:
             cand.features = extract_features(cand.func)
         return cand
@@ -315,7 +331,8 @@ class Tuner:
         cfg = self.config
         start = time.perf_counter()
         previous = self.log.for_workload(self.spec.key, self.target) if self.log is not None else []
-        st = _RunState(seen={decision_key(r.decisions) for r in previous})
+        st = _RunState(seen={decision_key(r.decisions) for r in previous},
+                       parents=[(r.gflops, r.decisions) for r in previous if r.ok and r.gflops])
         study = self._study(previous)
         model = self._cost_model(previous)
         best = self._best_replayable(previous)
@@ -336,11 +353,11 @@ class Tuner:
                         break
                     want = min(cfg.batch_size, cfg.trials - measured)
                     if ready is None:
-                        first = _Asker(self, study, st, self._n_ask(want, model))
+                        first = _Asker(self, study, st, *self._n_ask(want, model))
                         first.run()
                         ready = first.take()
                     pool, ready = ready, None
-                    if not pool and st.stale >= max(STALE_ASKS, 4 * self._n_ask(want, model)):
+                    if not pool and st.stale >= max(STALE_ASKS, 4 * sum(self._n_ask(want, model))):
                         # A small space is used up (every proposal repeats a measured loop
                         # nest): stop rather than spin.
                         stop_reason = (f"search space exhausted: the last {st.stale} proposals all "
@@ -349,14 +366,15 @@ class Tuner:
                     picked, rest = self._pick(pool, want, model if model is not None and model.is_trained
                                               else None)
                     for cand in rest:
-                        study.tell(cand.trial, state=fail)  # unmeasured: withdrawn
+                        if cand.trial is not None:
+                            study.tell(cand.trial, state=fail)  # unmeasured: withdrawn
                         st.seen_funcs.discard(cand.func)
                         st.fresh.discard(decision_key(cand.decisions))
                     # The next round's asks (Optuna sampling, lowering, features) run in
                     # a thread while this round compiles, and pause before timing starts.
                     left = cfg.trials - measured - len(picked)
                     if left > 0:
-                        nxt = _Asker(self, study, st, self._n_ask(min(cfg.batch_size, left), model))
+                        nxt = _Asker(self, study, st, *self._n_ask(min(cfg.batch_size, left), model))
                         nxt.start()
                     results = measurer.measure([c.func for c in picked],
                                                before_timing=nxt.pause if nxt is not None else None)
@@ -371,11 +389,17 @@ class Tuner:
                             self.log.append(rec)
                         st.seen.add(decision_key(cand.decisions))
                         gf = rec.gflops if rec.ok and rec.gflops else 0.0
-                        study.tell(cand.trial, gf)
+                        if cand.trial is not None:
+                            study.tell(cand.trial, gf)
+                        else:          # a measured mutant: the sampler learns from it as from its own
+                            _add_trial(study, cand.decisions, cand.choices, gf)
+                            st.mutants += 1
                         if not rec.ok:
                             st.errors[rec.error_kind] += 1
-                        elif best is None or gf > (best.gflops or 0.0):
-                            best = rec
+                        else:
+                            st.parents.append((gf, cand.decisions))
+                            if best is None or gf > (best.gflops or 0.0):
+                                best = rec
                         measured += 1
                         history.append((measured, time.perf_counter() - start, gf, best.gflops if best else 0.0))
                         feats.append(cand.features)
@@ -388,7 +412,8 @@ class Tuner:
             finally:
                 ahead = (ready or []) + (nxt.take() if nxt is not None else [])
                 for cand in ahead:       # stopped early: withdraw what was asked ahead
-                    study.tell(cand.trial, state=fail)
+                    if cand.trial is not None:
+                        study.tell(cand.trial, state=fail)
         if model is not None and self.model_path is not None and model.n_samples:
             try:
                 model.save(self.model_path)
@@ -396,22 +421,30 @@ class Tuner:
                 pass  # the model is a cache; the log holds the data
         return TuneResult(self.spec, best, measured, len(previous), st.errors, st.invalid, st.asked, history,
                           time.perf_counter() - start, str(self.log.path) if self.log is not None else None,
-                          stop_reason)
+                          stop_reason, st.mutants)
 
-    def _n_ask(self, want: int, model) -> int:
-        use_model = model is not None and model.is_trained
-        return max(want, want * (self.config.asks_per_measure if use_model else 1))
+    def _n_ask(self, want: int, model) -> tuple:
+        """(sampler asks, mutants) to prepare for ``want`` measurements."""
+        if model is None or not model.is_trained:
+            return want, 0
+        cfg = self.config
+        return max(want, want * cfg.asks_per_measure), want * cfg.mutants_per_measure
 
     def _pick(self, pool: list, want: int, model):
-        """Top of the model's ranking plus an epsilon share at random; sampler order without a model."""
+        """The sampler's first asks (an ``epsilon`` share, in its order) plus the top of the model's ranking.
+
+        The exploration share is what the sampler alone would have measured, so
+        the model can add to the search but never veto all of it.  Without a
+        trained model, the sampler's order is kept.
+        """
         if model is None or len(pool) <= want:
             return pool[:want], pool[want:]
-        scores = model.predict(np.stack([c.features for c in pool]))
-        order = sorted(range(len(pool)), key=lambda i: -scores[i])
-        n_random = min(want - 1, max(1, math.floor(want * self.config.epsilon))) if want > 1 else 0
-        top = order[:want - n_random]
-        others = order[want - n_random:]
-        chosen = top + self.rng.sample(others, n_random)
+        n_explore = min(want - 1, max(1, round(want * self.config.epsilon))) if want > 1 else 0
+        explore = [i for i, c in enumerate(pool) if c.trial is not None][:n_explore]
+        others = [i for i in range(len(pool)) if i not in explore]
+        scores = model.predict(np.stack([pool[i].features for i in others]))
+        ranked = [others[j] for j in sorted(range(len(others)), key=lambda j: -scores[j])]
+        chosen = explore + ranked[:want - len(explore)]
         picked = [pool[i] for i in chosen]
         rest = [pool[i] for i in range(len(pool)) if i not in set(chosen)]
         return picked, rest
@@ -427,6 +460,8 @@ class _RunState:
     invalid: int = 0
     asked: int = 0
     stale: int = 0                              # consecutive asks that brought nothing new
+    parents: list = field(default_factory=list)  # (gflops, decisions) of the successful measurements
+    mutants: int = 0                            # mutants measured
 
 
 class _Asker:
@@ -439,8 +474,10 @@ class _Asker:
     (in the caller's thread: the log is appended from one thread only).
     """
 
-    def __init__(self, tuner: Tuner, study, st: _RunState, n_ask: int):
-        self.tuner, self.study, self.st, self.n_ask = tuner, study, st, n_ask
+    def __init__(self, tuner: Tuner, study, st: _RunState, n_ask: int, n_mutants: int = 0):
+        self.tuner, self.study, self.st, self.n_ask, self.n_mutants = tuner, study, st, n_ask, n_mutants
+        # the parents of this round's mutants: the best measured when the round is asked
+        self.parents = [d for _, d in sorted(st.parents, key=lambda p: -p[0])[:PARENTS]] if n_mutants else []
         self.pool: list = []
         self.invalid_records: list = []
         self._cv = threading.Condition()
@@ -489,33 +526,55 @@ class _Asker:
                 self._busy = False
                 self._cv.notify_all()
 
+    def _wait_turn(self) -> None:
+        with self._cv:
+            self._busy = False
+            self._cv.notify_all()
+            while self._paused:
+                self._cv.wait()
+            self._busy = True
+
+    def _is_new(self, cand: Candidate) -> bool:
+        key = decision_key(cand.decisions)
+        st = self.st
+        if key in st.seen or key in st.fresh or cand.func in st.seen_funcs:
+            return False   # the same decisions, or other decisions giving an identical loop nest
+        st.fresh.add(key)
+        st.seen_funcs.add(cand.func)
+        self.pool.append(cand)
+        return True
+
     def run(self) -> None:
         import optuna
         st, study = self.st, self.study
         for _ in range(self.n_ask):
-            with self._cv:
-                self._busy = False
-                self._cv.notify_all()
-                while self._paused:
-                    self._cv.wait()
-                self._busy = True
+            self._wait_turn()
             cand = self.tuner._prepare(study.ask())
             st.asked += 1
-            key = decision_key(cand.decisions)
             if cand.error is not None:
                 st.invalid += 1
                 st.errors[cand.error.error_kind] += 1
                 study.tell(cand.trial, 0.0)
                 self.invalid_records.append(self.tuner._record(cand, cand.error))
-            elif key in st.seen or key in st.fresh or cand.func in st.seen_funcs:
-                # the same decisions, or other decisions giving an identical loop nest: withdrawn
-                study.tell(cand.trial, state=optuna.trial.TrialState.FAIL)
-            else:
-                st.fresh.add(key)
-                st.seen_funcs.add(cand.func)
-                self.pool.append(cand)
+            elif self._is_new(cand):
                 st.stale = -1
+            else:
+                study.tell(cand.trial, state=optuna.trial.TrialState.FAIL)   # a repeat: withdrawn
             st.stale += 1
+        # Local search around the best schedules for the model to screen.  A mutant
+        # is no Optuna trial: an unmeasured one is dropped (the sampler never hears
+        # of it), a measured one is added to the study as a completed trial.
+        rng, made = self.tuner.mutation_rng, 0
+        for _ in range(3 * self.n_mutants if self.parents else 0):
+            if made >= self.n_mutants:
+                break
+            self._wait_turn()
+            parent = rng.choices(self.parents, weights=[1 / (i + 1) for i in range(len(self.parents))])[0]
+            names = sorted(parent)
+            mutate = rng.sample(names, min(len(names), 1 if rng.random() < 0.7 else 2))
+            cand = self.tuner._prepare(None, src=MutatedDecisions(parent, mutate, rng))
+            if cand.error is None and self._is_new(cand):
+                made += 1
         with self._cv:
             self._busy = False
             self._cv.notify_all()

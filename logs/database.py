@@ -231,7 +231,9 @@ class TuningLog:
         """Return the ``k`` fastest successful records of a workload on a target.
 
         A schedule measured several times counts once, by its best measurement,
-        so the ``k`` results are ``k`` different schedules.
+        so the ``k`` results are ``k`` different schedules.  Confirmed
+        measurements (the side-by-side re-timing at the end of a tuning run)
+        rank before all others, see :attr:`TuningRecord.rank_key`.
 
         Parameters
         ----------
@@ -243,7 +245,7 @@ class TuningLog:
         Returns
         -------
         list of TuningRecord
-            Up to ``k`` records, lowest median cost first.
+            Up to ``k`` records, fastest first (:attr:`TuningRecord.rank_key`).
         """
         want = target_key(target)
         best_by_schedule: dict[str, TuningRecord] = {}
@@ -252,8 +254,8 @@ class TuningLog:
                 continue
             schedule = json.dumps([record.trace, record.decisions], sort_keys=True)
             known = best_by_schedule.get(schedule)
-            if known is None or record.median_cost < known.median_cost:
+            if known is None or record.rank_key < known.rank_key:
                 best_by_schedule[schedule] = record
-        ranked = sorted(best_by_schedule.values(), key=lambda r: r.median_cost)
+        ranked = sorted(best_by_schedule.values(), key=lambda r: r.rank_key)
         return ranked[:k]
 

@@ -108,9 +108,9 @@ def _summarize(records: Iterable[TuningRecord]) -> _WorkloadSummary:
             summary.errors[record.error_kind] += 1
             continue
         top = summary.best.setdefault(target_key(record.target), [])
-        if len(top) < TOP_K or record.median_cost < top[-1].median_cost:
+        if len(top) < TOP_K or record.rank_key < top[-1].rank_key:
             top.append(record)
-            top.sort(key=lambda r: r.median_cost)
+            top.sort(key=lambda r: r.rank_key)
             del top[TOP_K:]
     return summary
 
@@ -171,7 +171,7 @@ def _pick(summaries: list[_FileSummary], workload_key: str, accept,
             continue
         for tkey, records in wl.best.items():
             if accept(tkey):
-                found.extend((r.median_cost, n, r, summary.path) for n, r in enumerate(records))
+                found.extend((r.rank_key, n, r, summary.path) for n, r in enumerate(records))
     skipped = 0
     for _, _, record, path in sorted(found, key=lambda x: (x[0], x[1])):
         if usable is None or usable(record):

@@ -216,6 +216,14 @@ class TuningRecord:
         Version of tensortune that measured it.
     flops : int or None
         Floating-point operations of one run, so GFLOP/s can be shown.
+    confirmed : bool
+        True for a *confirming* measurement: at the end of a tuning run its
+        fastest few schedules are re-timed side by side, interleaved, so
+        their order does not depend on when each was first measured (on a
+        shared machine the clock and the load drift between measurements,
+        and the single fastest of many measurements is often a lucky one).
+        Lookups rank confirmed measurements before the others
+        (:attr:`rank_key`).  Optional in the JSON line (default false).
     """
 
     version: int = FORMAT_VERSION
@@ -233,6 +241,7 @@ class TuningRecord:
     timestamp: str = field(default_factory=utc_now)
     tensortune_version: str = field(default_factory=installed_version)
     flops: int | None = None
+    confirmed: bool = False
 
     def __post_init__(self) -> None:
         if not _is_int(self.version) or self.version < 1:
@@ -269,6 +278,8 @@ class TuningRecord:
             raise _fail("tensortune_version", "a string", self.tensortune_version)
         if self.flops is not None and (not _is_int(self.flops) or self.flops < 0):
             raise _fail("flops", "a non-negative integer or null", self.flops)
+        if not isinstance(self.confirmed, bool):
+            raise _fail("confirmed", "true or false", self.confirmed)
 
     def _check_timestamp(self) -> None:
         if not isinstance(self.timestamp, str):
@@ -291,6 +302,11 @@ class TuningRecord:
     def median_cost(self) -> float:
         """Median of ``costs`` in seconds; ``inf`` for a failed measurement."""
         return statistics.median(self.costs) if self.ok else math.inf
+
+    @property
+    def rank_key(self) -> tuple:
+        """Sort key of the fastest first: confirmed measurements, then by median cost."""
+        return (not self.confirmed, self.median_cost)
 
     @property
     def gflops(self) -> float | None:

@@ -87,6 +87,7 @@ def test_record_defaults_fill_timestamp_and_version():
     ({"timestamp": "2026-11-21T12:00:00"}, "timestamp"),  # no UTC offset
     ({"compile_seconds": float("nan")}, "compile_seconds"),
     ({"flops": 1.5}, "flops"),
+    ({"confirmed": "yes"}, "confirmed"),
 ])
 def test_record_validation_names_the_field(change, field):
     with pytest.raises(RecordError, match=f"field '{field}'"):
@@ -154,7 +155,7 @@ def records(draw):
         timestamp=draw(st.datetimes(timezones=st.just(datetime.timezone.utc))
                        ).isoformat(),
         tensortune_version=draw(st.text(max_size=8)),
-        flops=draw(st.none() | st.integers(0, 2 ** 62)))
+        flops=draw(st.none() | st.integers(0, 2 ** 62)), confirmed=draw(st.booleans()))
 
 
 @settings(max_examples=100, deadline=None)
@@ -329,6 +330,23 @@ def test_pretuned_dir_is_shipped():
 
 
 # --- lookup -------------------------------------------------------------------------
+def test_confirmed_measurements_rank_first_in_best_lookup_and_report(tmp_path):
+    """A side-by-side re-timing outranks single measurements taken at other times (maybe lucky)."""
+    from tuner.report import report
+    log = TuningLog(tmp_path / "t.jsonl")
+    log.extend([make(cost=1e-3, tile=16), make(cost=2e-3, tile=32, confirmed=True),
+                make(cost=3e-3, tile=8, confirmed=True), make(cost=2.5e-3, tile=16, confirmed=True)])
+    assert [r.decisions["tile"] for r in log.best(MATMUL_KEY, ZEN2, k=5)] == [32, 16, 8]
+    assert find_best(MATMUL_KEY, ZEN2, [log.path]).record.decisions["tile"] == 32
+    assert not TuningRecord.from_json(make().to_json_line()).confirmed      # optional field, default false
+    obj = json.loads(make().to_json_line())
+    del obj["confirmed"]                                                    # a line written before the field
+    assert TuningRecord.from_json(obj) == make()
+    lines = [ln for ln in report([str(log.path)], top=5).splitlines() if ln.strip().startswith("#")]
+    assert len(lines) == 3, "each schedule once, by its best-ranked measurement"
+    assert "2.000 ms" in lines[0] and "confirmed" in lines[0] and "measured" not in "".join(lines)
+
+
 def test_lookup_prefers_exact_then_same_cpu_then_other_target(tmp_path):
     user, shipped = TuningLog(tmp_path / "user.jsonl"), TuningLog(tmp_path / "shipped.jsonl")
     user.extend([make(cost=2e-3, target=ZEN2), make(cost=1e-4, target=SKX)])

@@ -198,7 +198,8 @@ def cmd_tune(args) -> int:
     gf = lambda s: spec.flops / s / 1e9 if s else None  # noqa: E731
     out.update(best_gflops=round(gf(tuned_s), 3), best_latency_s=tuned_s, default_gflops=round(gf(default_s), 3),
                numpy_gflops=round(gf(numpy_s), 3) if numpy_s else None,
-               tuning_best_gflops=round(best.gflops or 0.0, 3))
+               tuning_best_gflops=round(best.gflops or 0.0, 3),
+               finalists=[{"tuning_gflops": round(a, 3), "confirmed_gflops": round(b, 3)} for a, b in result.finalists])
     from schedules import Schedule
     sch = Schedule.from_json(spec.tensors(), best.trace)
     print(f"workload      {spec.label}  ({spec.flops / 1e9:.3f} GFLOP, threads={threads})")
@@ -217,6 +218,9 @@ def cmd_tune(args) -> int:
               f"{numpy_s / tuned_s:.2f}x")
     print(f"default       {default_s * 1e3:.3f} ms  {gf(default_s):.2f} GFLOP/s  -> tuned/default "
           f"{default_s / tuned_s:.1f}x")
+    if result.finalists:
+        print(f"confirmed     the {len(result.finalists)} fastest re-timed side by side (GFLOP/s while tuning -> "
+              "re-timed): " + ", ".join(f"{a:.1f} -> {b:.1f}" for a, b in result.finalists))
     if t90:
         print(f"90% of best   after {t90[0]} trials, {t90[1]:.1f} s")
     print(f"log           {log.path}")

@@ -286,6 +286,7 @@ class Measurer:
         self._runner = None
         self._objects: OrderedDict = OrderedDict()   # PrimFunc -> (object, uses_openmp, compile_seconds)
         self._best_s = math.inf     # fastest median timed so far (for screening)
+        self._screen = True
         self._started = False
         self._before_timing = None
 
@@ -332,7 +333,7 @@ class Measurer:
         from schedules.schedule import Schedule
         return self.measure([Schedule(self.spec.tensors())])[0]
 
-    def measure(self, candidates: list, before_timing=None) -> list:
+    def measure(self, candidates: list, before_timing=None, screen: bool = True) -> list:
         """Measure candidates; one :class:`MeasureResult` each, in order.  Never raises.
 
         Parameters
@@ -342,6 +343,8 @@ class Measurer:
         before_timing : callable, optional
             Called once, just before the first kernel is sent to the runner
             (e.g. to pause other work in this process while kernels are timed).
+        screen : bool
+            False times every candidate fully, whatever ``MeasureConfig.screen``.
 
         Returns
         -------
@@ -373,6 +376,7 @@ class Measurer:
             except Exception as err:  # noqa: BLE001 - e.g. a hand-made PrimFunc holding unhashable parts
                 results[i] = _fail("lower", f"malformed PrimFunc: {type(err).__name__}: {err}")
         self._before_timing = before_timing
+        self._screen = screen
         try:
             self._run_batch(results, waiting, ready)
         except Exception as err:  # noqa: BLE001 - measure() never raises; the workers are reset
@@ -467,7 +471,7 @@ class Measurer:
             results[i] = _fail("runtime", f"could not start the runner process: {err}", func)
             return None
         budget = max(0.05, self.config.timeout_s - compile_s)
-        screen = self.config.screen
+        screen = self.config.screen if self._screen else None
         cutoff = screen * self._best_s if screen is not None and math.isfinite(self._best_s) else None
         self._runner.send(("run", {"func": func, "object": obj, "uses_openmp": omp, "budget_s": budget,
                                    "cutoff_s": cutoff}))

@@ -1,6 +1,7 @@
 """``tensortune report``: what the tuning logs hold, and why the best schedules are fast."""
 from __future__ import annotations
 
+import json
 from collections import Counter, defaultdict
 
 from tensorir.ir import Allocate, For, ForKind, Scope, walk_stmts
@@ -70,10 +71,16 @@ def report(log_paths=None, workload: str | None = None, params=(), top: int = 3,
         head = recs[0]
         out.append(f"== {head.workload_label}  key {key[:12]}  on {target}")
         out.append(f"   {len(recs)} records: {len(ok)} ok" + (f", errors {dict(errs)}" if errs else ""))
-        best = sorted(ok, key=lambda r: r.median_cost)[:top]
+        best, shown = [], set()
+        for r in sorted(ok, key=lambda r: r.rank_key):     # each schedule once, by its best measurement
+            sched = json.dumps([r.trace, r.decisions], sort_keys=True)
+            if sched not in shown and len(best) < top:
+                shown.add(sched)
+                best.append(r)
         for rank, r in enumerate(best, 1):
             gf = f"{r.gflops:8.1f} GFLOP/s" if r.gflops else "         -"
-            out.append(f"   #{rank} {r.median_cost * 1e3:9.3f} ms {gf}   measured {r.timestamp}")
+            how = "confirmed" if r.confirmed else "measured"
+            out.append(f"   #{rank} {r.median_cost * 1e3:9.3f} ms {gf}   {how} {r.timestamp}")
         if not best:
             continue
         spec = _spec_for(best[0])

@@ -50,8 +50,11 @@ How timings are protected from noise
   ``flush_cache=True`` instead times single calls, each after writing a
   buffer twice the size of the largest cache.
 - **What it cannot remove.**  Other processes on a shared machine.  Absolute
-  numbers drift between runs; for final comparisons measure ratios side by side
-  in one process with :func:`tuner.compare.side_by_side`.
+  numbers drift between runs and within one; the tuner therefore re-times
+  its fastest few candidates together at the end (``measure(...,
+  screen=False)`` in interleaved rounds, see :mod:`tuner.search`), and final
+  comparisons measure ratios side by side in one process with
+  :func:`tuner.compare.side_by_side`.
 """
 from __future__ import annotations
 

@@ -336,9 +336,9 @@ class Tuner:
                             run_seconds=res.run_seconds, flops=self.spec.flops, confirmed=confirmed)
 
     def _confirm(self, measurer: Measurer, contenders: list, best):
-        """Re-time the fastest ``finalists`` side by side; returns the confirmed records, fastest first."""
+        """Re-time ``contenders`` (fastest first) side by side; returns the confirmed records, fastest first."""
         cfg = self.config
-        top = [c for _, c in sorted(contenders, key=lambda gc: -gc[0])[:cfg.finalists]]
+        top = [c for _, c in contenders]
         if best is not None and all(decision_key(best.decisions) != decision_key(c.decisions) for c in top):
             earlier = self._prepare(None, best.decisions)     # the log's best: re-timed on equal terms
             if earlier.func is not None and earlier.decisions == best.decisions:
@@ -366,13 +366,15 @@ class Tuner:
         cfg = self.config
         start = time.perf_counter()
         previous = self.log.for_workload(self.spec.key, self.target) if self.log is not None else []
-        st = _RunState(seen={decision_key(r.decisions) for r in previous},
-                       parents=[(r.gflops, r.decisions) for r in previous if r.ok and r.gflops])
+        st = _RunState(seen={decision_key(r.decisions) for r in previous})
+        for r in previous:
+            if r.ok and r.gflops:
+                st.add_parent(r.gflops, r.decisions)
         study = self._study(previous)
         model = self._cost_model(previous)
         best = self._best_replayable(previous)
         earlier_best = best
-        contenders = []    # (GFLOP/s, candidate) of this run's successful measurements
+        contenders = []    # (GFLOP/s, candidate): this run's fastest ``finalists`` measurements
         finalists = []
         history = []
         measured = 0
@@ -435,8 +437,8 @@ class Tuner:
                         if not rec.ok:
                             st.errors[rec.error_kind] += 1
                         else:
-                            st.parents.append((gf, cand.decisions))
-                            contenders.append((gf, cand))
+                            st.add_parent(gf, cand.decisions)
+                            contenders = sorted(contenders + [(gf, cand)], key=lambda gc: -gc[0])[:cfg.finalists]
                             if best is None or gf > (best.gflops or 0.0):
                                 best = rec
                         measured += 1
@@ -492,13 +494,12 @@ class Tuner:
             return pool[:want], pool[want:]
         n_explore = min(want - 1, max(1, round(want * self.config.epsilon))) if want > 1 else 0
         explore = [i for i, c in enumerate(pool) if c.trial is not None][:n_explore]
-        others = [i for i in range(len(pool)) if i not in explore]
+        others = [i for i in range(len(pool)) if i not in set(explore)]
         scores = model.predict(np.stack([pool[i].features for i in others]))
         ranked = [others[j] for j in sorted(range(len(others)), key=lambda j: -scores[j])]
         chosen = explore + ranked[:want - len(explore)]
-        picked = [pool[i] for i in chosen]
-        rest = [pool[i] for i in range(len(pool)) if i not in set(chosen)]
-        return picked, rest
+        taken = set(chosen)
+        return [pool[i] for i in chosen], [pool[i] for i in range(len(pool)) if i not in taken]
 
 
 @dataclass
@@ -511,8 +512,13 @@ class _RunState:
     invalid: int = 0
     asked: int = 0
     stale: int = 0                              # consecutive asks that brought nothing new
-    parents: list = field(default_factory=list)  # (gflops, decisions) of the successful measurements
+    parents: list = field(default_factory=list)  # (gflops, decisions): the PARENTS fastest distinct schedules
     mutants: int = 0                            # mutants measured
+
+    def add_parent(self, gflops: float, decisions: dict) -> None:
+        if any(d == decisions for _, d in self.parents):
+            return                                # (a confirmed re-measurement of a parent)
+        self.parents = sorted(self.parents + [(gflops, decisions)], key=lambda p: -p[0])[:PARENTS]
 
 
 class _Asker:
@@ -528,7 +534,7 @@ class _Asker:
     def __init__(self, tuner: Tuner, study, st: _RunState, n_ask: int, n_mutants: int = 0):
         self.tuner, self.study, self.st, self.n_ask, self.n_mutants = tuner, study, st, n_ask, n_mutants
         # the parents of this round's mutants: the best measured when the round is asked
-        self.parents = [d for _, d in sorted(st.parents, key=lambda p: -p[0])[:PARENTS]] if n_mutants else []
+        self.parents = [d for _, d in st.parents] if n_mutants else []
         self.pool: list = []
         self.invalid_records: list = []
         self._cv = threading.Condition()

@@ -184,12 +184,12 @@ class GeneratedSpace:
         return _prefer_divisors(n, sorted({c for c in options if c <= n} | {1}))
 
     @staticmethod
-    def level_choices(n: int) -> list:
-        """Outer tile counts: the divisors of ``n`` up to 32 (7 -> [1, 7]); for a prime, powers of two."""
-        divisors = _divisors(n, 32)
+    def level_choices(n: int, limit: int = 32) -> list:
+        """Tile counts: the divisors of ``n`` up to ``limit`` (7 -> [1, 7]); for a prime, powers of two."""
+        divisors = _divisors(n, limit)
         if len(divisors) >= 2 or n == 1:
             return divisors
-        return sorted({c for c in (1, 2, 4, 8, 16, 32) if c <= n} | {1})
+        return sorted({c for c in (1, 2, 4, 8, 16, 32, 64) if c <= min(n, limit)} | {1})
 
     # ------------------------------------------------------------------ apply
     def apply(self, src: DecisionSource) -> Schedule:
@@ -285,7 +285,9 @@ class GeneratedSpace:
             t3[lp] = src.choose(f"{lp}.t3", [c for c in self.small_choices(ext[lp]) if c <= budget] or [1])
             budget = max(1, budget // t3[lp])
         t2 = {lp: src.choose(f"{lp}.t2", self.level_choices(max(1, ext[lp] // t3[lp]))) for lp in spatial}
-        t1 = {lp: src.choose(f"{lp}.t1", self.level_choices(max(1, ext[lp] // (t3[lp] * t2[lp]))))
+        # t1 tiles make one parallel task's block (up to 64: a task of 64 register tiles of rows
+        # keeps a B panel block in L2 while streaming A rows through it)
+        t1 = {lp: src.choose(f"{lp}.t1", self.level_choices(max(1, ext[lp] // (t3[lp] * t2[lp])), 64))
               for lp in spatial}
         r1 = {lp: src.choose(f"{lp}.r1", [1, 2, 4, 8, 16] if ext[lp] >= 16 else _divisors(ext[lp], 16))
               for lp in reduce}
@@ -314,7 +316,7 @@ class GeneratedSpace:
             tiles = [t2[lp] * t3[lp] for lp in spatial]
             s, l0, l1, l2 = self._three_levels(s, o_axes, tiles, [t1[lp] for lp in spatial])
             s = s.compute_at(name, l1[-1])
-            s = _fuse_parallel(s, l0, src, outer)
+            s = _fuse_parallel(s, l0, src, outer, [ext[lp] for lp in spatial])
             if s.extent(l2[-1]) <= MAX_LANES and s.extent(l2[-1]) > 1:
                 s = s.vectorize(l2[-1])
             a_sp = [f"{name}.{lp.split('.', 1)[1]}" for lp in spatial]
@@ -328,7 +330,7 @@ class GeneratedSpace:
             s, sp2, sp3 = _split_all(s, sp2, [t3[lp] for lp in spatial])
             s, rd0, rd1 = _split_all(s, reduce, [r1[lp] for lp in reduce])
             s = s.reorder(*sp0, *sp1, *rd0, *sp2, *rd1, *sp3)
-            s = _fuse_parallel(s, sp0, src, name)
+            s = _fuse_parallel(s, sp0, src, name, [ext[lp] for lp in spatial])
         s = _register_tile(s, name, unroll_k)
         return s
 
@@ -359,6 +361,8 @@ class _Heuristic(DecisionSource):
         key = name.rsplit(".", 1)[-1]
         if choices == [True, False]:
             return True  # inline, pack, cache_write, parallel, unroll, compute_at: on
+        if key == "outer":
+            return choices[-1]  # the vector axis's tiles outermost: a thread keeps its B panel block
         lanes = self.space.lanes("float32")
         want = {"t3": 2 * lanes, "t2": 1, "t1": 8, "r1": 1, "vector": lanes}.get(key.split("_")[0], choices[0])
         if key == "t3" and max(choices) < want:
@@ -379,7 +383,21 @@ def _split_all(s: Schedule, loops: list, factors: list):
     return s, outer, inner
 
 
-def _fuse_parallel(s: Schedule, loops: list, src, name: str) -> Schedule:
+def _fuse_parallel(s: Schedule, loops: list, src, name: str, extents: list) -> Schedule:
+    """Fuse the outermost tile loops (one per spatial axis) and parallelize them.
+
+    Which axis goes first is a decision (``{name}.outer``, the position of that
+    axis): it decides which operand's block a thread keeps in cache across
+    consecutive tasks (matmul: ``j`` first keeps one panel block of B in L2
+    while the tasks walk down the rows of A).
+    """
+    movable = [i for i, e in enumerate(extents) if e > 1]
+    if len(movable) > 1:
+        first = src.choose(f"{name}.outer", movable)
+        if first != 0:
+            order = [loops[first]] + [lp for i, lp in enumerate(loops) if i != first]
+            s = s.reorder(*order)
+            loops = order
     fused = loops[0]
     for lp in loops[1:]:
         s = s.fuse(fused, lp)

@@ -53,6 +53,9 @@ class DecisionSource(abc.ABC):
     def _pick(self, name, choices):
         """Return one of ``choices`` for decision ``name``."""
 
+    def hint(self, name: str, value) -> None:
+        """A rule's guess of a good value for the next ``choose(name, ...)``; only the heuristic uses it."""
+
 
 class FixedDecisions(DecisionSource):
     """Replays a decision dict; a missing decision takes ``default`` (or its first choice)."""
@@ -180,8 +183,9 @@ class GeneratedSpace:
         return sorted(opts)
 
     @staticmethod
-    def small_choices(n: int, options=(1, 2, 3, 4, 6, 8, 12, 16)) -> list:
-        return _prefer_divisors(n, sorted({c for c in options if c <= n} | {1}))
+    def small_choices(n: int, options=(1, 2, 3, 4, 6, 8, 12, 16), prefer_divisors: bool = True) -> list:
+        choices = sorted({c for c in options if c <= n} | {1})
+        return _prefer_divisors(n, choices) if prefer_divisors else choices
 
     @staticmethod
     def level_choices(n: int, limit: int = 32) -> list:
@@ -279,14 +283,24 @@ class GeneratedSpace:
         vec_axis = spatial[-1]
         # register tile: the vector axis first, then the others within the register budget
         lanes = self.lanes(st.dtype)
+        # heuristic start: 4 vectors x 6 rows (24 of 32 registers) or 2 x 6 (12 of 16)
+        src.hint(f"{vec_axis}.t3", (4 if self.registers >= 32 else 2) * lanes)
+        if len(spatial) > 1:
+            src.hint(f"{spatial[-2]}.t3", 6)
         t3 = {vec_axis: src.choose(f"{vec_axis}.t3", self.vector_choices(ext[vec_axis], st.dtype))}
-        budget = self.registers // max(1, -(-t3[vec_axis] // lanes))
+        vectors = max(1, -(-t3[vec_axis] // lanes))
+        budget = (self.registers - vectors - 1) // vectors   # accumulators + one row of B + a broadcast
         for lp in reversed(spatial[:-1]):
-            t3[lp] = src.choose(f"{lp}.t3", [c for c in self.small_choices(ext[lp]) if c <= budget] or [1])
+            # rows of the register tile need not divide the extent (6 x 4 vectors fills 32 registers
+            # best even for 1024 rows; the edge tile is guarded)
+            t3[lp] = src.choose(f"{lp}.t3", [c for c in self.small_choices(ext[lp], prefer_divisors=False)
+                                             if c <= budget] or [1])
             budget = max(1, budget // t3[lp])
         t2 = {lp: src.choose(f"{lp}.t2", self.level_choices(max(1, ext[lp] // t3[lp]))) for lp in spatial}
         # t1 tiles make one parallel task's block (up to 64: a task of 64 register tiles of rows
         # keeps a B panel block in L2 while streaming A rows through it)
+        # heuristic start: a task spans ~256 columns of the vector axis (a 1024-deep B block of 1 MiB)
+        src.hint(f"{vec_axis}.t1", max(1, 256 // (t2[vec_axis] * t3[vec_axis])))
         t1 = {lp: src.choose(f"{lp}.t1", self.level_choices(max(1, ext[lp] // (t3[lp] * t2[lp])), 64))
               for lp in spatial}
         r1 = {lp: src.choose(f"{lp}.r1", [1, 2, 4, 8, 16] if ext[lp] >= 16 else _divisors(ext[lp], 16))
@@ -350,12 +364,17 @@ class GeneratedSpace:
 
 
 class _Heuristic(DecisionSource):
-    """Good-on-average choices: register tile of 2 vectors x 6 rows (16 vector registers) or
-    8 rows (32 registers), inner reduction not unrolled, pack, cache_write, parallel."""
+    """Good-on-average choices: the rules' hints (register tile of 6 rows x 4 vectors with 32
+    registers, 6 x 2 with 16; ~256 columns per task), else: no second tile level, 8 tiles per task,
+    inner reduction of 2 unrolled, pack, cache_write, parallel, the vector axis's tiles outermost."""
 
     def __init__(self, space: GeneratedSpace):
         super().__init__()
         self.space = space
+        self.hints: dict = {}
+
+    def hint(self, name, value):
+        self.hints[name] = value
 
     def _pick(self, name, choices):
         key = name.rsplit(".", 1)[-1]
@@ -363,12 +382,13 @@ class _Heuristic(DecisionSource):
             return True  # inline, pack, cache_write, parallel, unroll, compute_at: on
         if key == "outer":
             return choices[-1]  # the vector axis's tiles outermost: a thread keeps its B panel block
+        if not isinstance(choices[0], int):
+            return choices[0]
         lanes = self.space.lanes("float32")
-        want = {"t3": 2 * lanes, "t2": 1, "t1": 8, "r1": 1, "vector": lanes}.get(key.split("_")[0], choices[0])
-        if key == "t3" and max(choices) < want:
-            rows = 8 if self.space.registers >= 32 else 6
-            want = rows if rows in choices else choices[-1]
-        return min(choices, key=lambda c: (abs(c - want), c)) if isinstance(choices[0], int) else choices[0]
+        want = self.hints.get(name, {"t3": 1, "t2": 1, "t1": 8, "r1": 2, "vector": lanes}.get(key.split("_")[0]))
+        if want is None:
+            return choices[0]
+        return min(choices, key=lambda c: (abs(c - want), c))
 
 
 # -------------------------------------------------------------------- helpers

@@ -14,7 +14,9 @@ R3  multi-level tiling of each remaining reduction (the "anchor"): spatial
     epilogue (bias + ReLU) or ``cache_write``, the two outer spatial levels
     belong to the output stage and the anchor is computed per tile, its inner
     tile a register block: an unrolled, vectorized ``S R S`` nest.  Inputs whose
-    innermost access follows the vector axis may be packed into panels.
+    innermost access follows the vector axis may be packed into panels.  The
+    outermost tile loops are fused and parallelized, led by the axis a decision
+    picks (which operand block a thread's consecutive tasks share in cache).
 R4  every other root stage: vectorize the last axis, fuse and parallelize the rest.
 """
 from __future__ import annotations

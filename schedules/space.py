@@ -142,17 +142,6 @@ class SpaceOptions:
         return cls(vector_bits=t["vector_bits"], cores=t["num_cores"])
 
 
-def _prefer_divisors(n: int, choices: list) -> list:
-    """The choices that divide ``n`` when there are at least three of them, else all.
-
-    A tile that divides its loop needs no guard and no versioned edge copy
-    (less code, faster compiles); extents with few divisors (odd sizes,
-    primes) keep the non-dividing tiles, whose edges are guarded.
-    """
-    dividing = [c for c in choices if n % c == 0]
-    return dividing if len(dividing) >= 3 else choices
-
-
 def _divisors(n: int, limit: int) -> list:
     return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
 
@@ -185,9 +174,10 @@ class GeneratedSpace:
         return sorted(opts)
 
     @staticmethod
-    def small_choices(n: int, options=(1, 2, 3, 4, 6, 8, 12, 16), prefer_divisors: bool = True) -> list:
-        choices = sorted({c for c in options if c <= n} | {1})
-        return _prefer_divisors(n, choices) if prefer_divisors else choices
+    def small_choices(n: int, options=(1, 2, 3, 4, 6, 8, 12, 16)) -> list:
+        """Register-tile rows; they need not divide ``n`` (6 x 4 vectors fills 32 registers best even
+        for 1024 rows): the edge tile is guarded, at the price of a versioned copy (slower compile)."""
+        return sorted({c for c in options if c <= n} | {1})
 
     @staticmethod
     def level_choices(n: int, limit: int = 32) -> list:
@@ -293,10 +283,7 @@ class GeneratedSpace:
         vectors = max(1, -(-t3[vec_axis] // lanes))
         budget = (self.registers - vectors - 1) // vectors   # accumulators + one row of B + a broadcast
         for lp in reversed(spatial[:-1]):
-            # rows of the register tile need not divide the extent (6 x 4 vectors fills 32 registers
-            # best even for 1024 rows; the edge tile is guarded)
-            t3[lp] = src.choose(f"{lp}.t3", [c for c in self.small_choices(ext[lp], prefer_divisors=False)
-                                             if c <= budget] or [1])
+            t3[lp] = src.choose(f"{lp}.t3", [c for c in self.small_choices(ext[lp]) if c <= budget] or [1])
             budget = max(1, budget // t3[lp])
         t2 = {lp: src.choose(f"{lp}.t2", self.level_choices(max(1, ext[lp] // t3[lp]))) for lp in spatial}
         # t1 tiles make one parallel task's block (up to 64: a task of 64 register tiles of rows
@@ -332,7 +319,7 @@ class GeneratedSpace:
             tiles = [t2[lp] * t3[lp] for lp in spatial]
             s, l0, l1, l2 = self._three_levels(s, o_axes, tiles, [t1[lp] for lp in spatial])
             s = s.compute_at(name, l1[-1])
-            s = _fuse_parallel(s, l0, src, outer, [ext[lp] for lp in spatial])
+            s = _fuse_parallel(s, l0, src, outer)
             if s.extent(l2[-1]) <= MAX_LANES and s.extent(l2[-1]) > 1:
                 s = s.vectorize(l2[-1])
             a_sp = [f"{name}.{lp.split('.', 1)[1]}" for lp in spatial]
@@ -346,7 +333,7 @@ class GeneratedSpace:
             s, sp2, sp3 = _split_all(s, sp2, [t3[lp] for lp in spatial])
             s, rd0, rd1 = _split_all(s, reduce, [r1[lp] for lp in reduce])
             s = s.reorder(*sp0, *sp1, *rd0, *sp2, *rd1, *sp3)
-            s = _fuse_parallel(s, sp0, src, name, [ext[lp] for lp in spatial])
+            s = _fuse_parallel(s, sp0, src, name)
         s = _register_tile(s, name, unroll_k)
         return s
 
@@ -405,15 +392,17 @@ def _split_all(s: Schedule, loops: list, factors: list):
     return s, outer, inner
 
 
-def _fuse_parallel(s: Schedule, loops: list, src, name: str, extents: list) -> Schedule:
+def _fuse_parallel(s: Schedule, loops: list, src, name: str) -> Schedule:
     """Fuse the outermost tile loops (one per spatial axis) and parallelize them.
 
     Which axis goes first is a decision (``{name}.outer``, the position of that
-    axis): it decides which operand's block a thread keeps in cache across
-    consecutive tasks (matmul: ``j`` first keeps one panel block of B in L2
-    while the tasks walk down the rows of A).
+    axis), offered among the loops of more than one iteration (moving a loop of
+    one iteration would repeat a schedule already in the space): it decides which
+    operand's block a thread keeps in cache across consecutive tasks (matmul:
+    ``j`` first keeps one panel block of B in L2 while the tasks walk down the
+    rows of A).
     """
-    movable = [i for i, e in enumerate(extents) if e > 1]
+    movable = [i for i, lp in enumerate(loops) if s.extent(lp) > 1]
     if len(movable) > 1:
         first = src.choose(f"{name}.outer", movable)
         if first != 0:

@@ -1,12 +1,16 @@
 """Does the cost model earn its place?  Search strategies compared on equal trial budgets.
 
     python benchmarks/bench_search.py [--trials 256] [--seeds 0,1,2] [--only matmul1024,conv2d]
-                                      [--out benchmarks/search_results.json]
+                                      [--strategies random,optuna,...] [--out benchmarks/search_results.json]
 
 Strategies: random search (Optuna RandomSampler, no model), Optuna alone (TPE,
 each ask measured) and Optuna + cost model (per measured candidate 2 TPE asks
 and 4 mutants of the best measured schedules; half of each batch is TPE's
-first asks in its order, the other half the XGBoost model's top picks).  Every run starts from an empty log and, so
+first asks in its order, the other half the XGBoost model's top picks), and
+the same with transfer: its log starts with the records of three other
+workloads (matmul 512, dense, a conv2d of another shape; tuned once per
+benchmark run, 64 trials each), which pretrain the model before the first
+round, as a user's per-user log would.  Every other run starts from an empty log and, so
 that the comparison is about the search, WITHOUT the space's heuristic first
 trial (``--with-heuristic`` puts it back, as `tensortune tune` does).  Reports, after
 16/32/64/128/256 trials, the best schedule so far (by its measurement while
@@ -17,13 +21,15 @@ drift between runs, so the best-while-tuning GFLOP/s are listed as well but
 the ratios are the comparison.  Median and range over seeds; then the cost model's
 pairwise ranking accuracy and top-k recall on held-out measured candidates of
 each workload (train on 80% of the distinct candidates, test on the other 20%,
-5 random splits).  Results are written to --out as they come, so an
+5 random splits), and the same test sets ranked by a model pretrained on the
+other workloads only.  Results are written to --out as they come, so an
 interrupted run keeps what it measured.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -41,7 +47,12 @@ WORKLOADS = {
     "matmul512": ("matmul", ["M=512", "N=512", "K=512"]),
     "conv2d": ("conv2d", ["N=1", "C=64", "H=56", "W=56", "K=64", "R=3", "S=3", "pad=1"]),
 }
-STRATEGIES = {"random": ("random", False), "optuna": ("tpe", False), "optuna+cost model": ("tpe", True)}
+STRATEGIES = {"random": ("random", False), "optuna": ("tpe", False), "optuna+cost model": ("tpe", True),
+              "optuna+cost model, transfer": ("tpe", True)}
+# Other workloads, tuned once per benchmark run (64 trials each, as `tensortune tune` would) into a
+# log that the "transfer" strategy starts from: its model is pretrained on them before the first round.
+TRANSFER_SOURCES = (("matmul", ["M=512", "N=512", "K=512"]), ("dense", []),
+                    ("conv2d", ["N=1", "C=128", "H=28", "W=28", "K=128", "R=3", "S=3", "pad=1"]))
 CHECKPOINTS = (16, 32, 64, 128, 256)
 
 
@@ -78,7 +89,20 @@ def retimed_ratios(spec: WorkloadSpec, records: list, points: list) -> dict:
     return {n: t["numpy"] / t[keys[json.dumps(r.decisions, sort_keys=True)]] for n, r in best_at.items()}
 
 
-def model_accuracy(spec: WorkloadSpec, records: list, splits: int = 5, k: int = 10) -> dict:
+def build_transfer_log(path: str) -> dict:
+    """Tune the transfer sources into ``path``; returns {source label: tuning seconds}."""
+    out = {}
+    for name, params in TRANSFER_SOURCES:
+        spec = WorkloadSpec.parse(name, params)
+        if spec.key in {WorkloadSpec.parse(*w).key for w in WORKLOADS.values()}:
+            raise SystemExit(f"transfer source {name} {params} is a benchmarked workload")
+        res = Tuner(spec, TuneConfig(trials=64, seed=100), log=TuningLog(path)).run()
+        out[f"{name} {' '.join(params)}".strip()] = round(res.tune_seconds, 1)
+        print("transfer source:", name, params, f"{res.tune_seconds:.0f} s", flush=True)
+    return out
+
+
+def model_accuracy(spec: WorkloadSpec, records: list, splits: int = 5, k: int = 10, transfer_log=None) -> dict:
     space = GeneratedSpace(spec.tensors())
     seen, X, y = set(), [], []
     for r in records:
@@ -94,7 +118,12 @@ def model_accuracy(spec: WorkloadSpec, records: list, splits: int = 5, k: int = 
         y.append(r.gflops if r.ok and r.gflops else 0.0)
     X, y = np.stack(X), np.array(y)
     rng = np.random.default_rng(0)
-    acc, rec = [], []
+    acc, rec, tacc, trec = [], [], [], []
+    transfer = None
+    if transfer_log is not None:     # a model that saw only the other workloads (what a new run starts from)
+        from tuner.search import host_target, pretrain_from_log
+        transfer = CostModel()
+        pretrain_from_log(transfer, TuningLog(transfer_log), spec.key, host_target(None))
     for _ in range(splits):
         idx = rng.permutation(len(y))
         cut = int(0.8 * len(y))
@@ -105,8 +134,15 @@ def model_accuracy(spec: WorkloadSpec, records: list, splits: int = 5, k: int = 
         pred = m.predict(X[te])
         acc.append(pairwise_accuracy(pred, y[te]))
         rec.append(topk_recall(pred, y[te], min(k, len(te))))
-    return {"candidates": int(len(y)), "pairwise_accuracy": float(np.mean(acc)),
-            "topk_recall": float(np.mean(rec)), "k": k}
+        if transfer is not None and transfer.is_trained:
+            pred = transfer.predict(X[te])
+            tacc.append(pairwise_accuracy(pred, y[te]))
+            trec.append(topk_recall(pred, y[te], min(k, len(te))))
+    out = {"candidates": int(len(y)), "pairwise_accuracy": float(np.mean(acc)),
+           "topk_recall": float(np.mean(rec)), "k": k}
+    if tacc:
+        out.update(transfer_pairwise_accuracy=float(np.mean(tacc)), transfer_topk_recall=float(np.mean(trec)))
+    return out
 
 
 def main(argv=None) -> int:
@@ -116,24 +152,39 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="matmul1024,conv2d")
     ap.add_argument("--out", default="benchmarks/search_results.json")
     ap.add_argument("--with-heuristic", action="store_true")
+    ap.add_argument("--strategies", default=",".join(STRATEGIES),
+                    help="comma-separated subset of: " + ", ".join(STRATEGIES))
     args = ap.parse_args(argv)
+    strategies = [s.strip() for s in args.strategies.split(",")]
+    unknown = [s for s in strategies if s not in STRATEGIES]
+    if unknown:
+        ap.error(f"unknown strategy {unknown[0]!r}; choose from: {', '.join(STRATEGIES)}")
     seeds = [int(s) for s in args.seeds.split(",")]
     out = {"trials": args.trials, "seeds": seeds, "heuristic_first_trial": args.with_heuristic, "runs": [],
            "model": {}}
     points = [c for c in CHECKPOINTS if c <= args.trials]
+    keep = tempfile.TemporaryDirectory()
+    transfer_log = None
+    if any(s.endswith("transfer") for s in strategies):
+        transfer_log = f"{keep.name}/transfer.jsonl"
+        out["transfer_sources"] = build_transfer_log(transfer_log)
     for wkey in args.only.split(","):
         name, params = WORKLOADS[wkey]
         spec = WorkloadSpec.parse(name, params)
         all_records = []
-        for strat, (sampler, cm) in STRATEGIES.items():
+        for strat in strategies:
+            sampler, cm = STRATEGIES[strat]
             for seed in seeds:
                 with tempfile.TemporaryDirectory() as tmp:
+                    if strat.endswith("transfer"):
+                        shutil.copy(transfer_log, f"{tmp}/log.jsonl")
                     log = TuningLog(f"{tmp}/log.jsonl")
                     cfg = TuneConfig(trials=args.trials, sampler=sampler, cost_model=cm, seed=seed,
                                      seed_heuristic=args.with_heuristic)
                     res = Tuner(spec, cfg, log=log).run()
-                    all_records += log.records()
-                    ratios = retimed_ratios(spec, log.records(), points)
+                    own = [r for r in log.records() if r.workload_key == spec.key]
+                    all_records += own
+                    ratios = retimed_ratios(spec, own, points)
                 run = {"workload": wkey, "strategy": strat, "seed": seed, "tune_s": res.tune_seconds,
                        "measured": res.trials, "stop_reason": res.stop_reason,
                        "best_after": {n: best_after(res.history, n) for n in points},
@@ -143,7 +194,7 @@ def main(argv=None) -> int:
                 print(json.dumps(run), flush=True)
                 with open(args.out, "w") as f:
                     json.dump(out, f, indent=1)
-        out["model"][wkey] = model_accuracy(spec, all_records)
+        out["model"][wkey] = model_accuracy(spec, all_records, transfer_log=transfer_log)
         print(wkey, "cost model on held-out candidates:", out["model"][wkey], flush=True)
         with open(args.out, "w") as f:
             json.dump(out, f, indent=1)
@@ -185,6 +236,9 @@ def print_tables(out: dict) -> None:
         if m:
             print(f"cost model, held-out: pairwise accuracy {m['pairwise_accuracy']:.3f}, top-{m['k']} recall "
                   f"{m['topk_recall']:.3f} ({m['candidates']} distinct measured candidates, 5 splits of 80/20)")
+            if "transfer_pairwise_accuracy" in m:
+                print(f"model pretrained on the other workloads only, same test sets: pairwise accuracy "
+                      f"{m['transfer_pairwise_accuracy']:.3f}, top-{m['k']} recall {m['transfer_topk_recall']:.3f}")
 
 
 if __name__ == "__main__":

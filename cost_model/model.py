@@ -174,6 +174,7 @@ class CostModel:
         self._groups = np.zeros(0, dtype=object)
         self._pretrain = np.zeros(0, dtype=bool)
         self._n_at_last_train = 0
+        self._pretrain_at_last_train = 0
         self._rng = np.random.default_rng(self.config.seed)
 
     # ------------------------------------------------------------ data
@@ -219,8 +220,12 @@ class CostModel:
             return False
         if not self.is_trained:
             return True
-        new = n - self._n_at_last_train
-        return new >= c.retrain_min_new_samples or new >= c.retrain_growth * self._n_at_last_train
+        # Growth counts the run's own samples: a model pretrained on hundreds of
+        # other workloads' samples still retrains on its first few measurements.
+        own = n - int(self._pretrain.sum())
+        own_before = self._n_at_last_train - self._pretrain_at_last_train
+        new = own - own_before
+        return new > 0 and (new >= c.retrain_min_new_samples or new >= c.retrain_growth * own_before)
 
     # ------------------------------------------------------------ public API
     def update(self, features, throughputs, groups) -> bool:
@@ -261,6 +266,16 @@ class CostModel:
         if self._add(features, throughputs, groups, pretrain=True) and self.n_samples >= 2:
             self.fit()
 
+    def treat_as_pretraining(self, except_group) -> None:
+        """Count every stored sample of another group than ``except_group`` as pretraining data.
+
+        A saved model holds the samples of every workload tuned before; for a
+        new run they are transfer data (retraining then follows the new
+        workload's own samples, and a cap keeps its samples first).
+        """
+        self._pretrain = self._pretrain | (self._groups != str(except_group))
+        self._pretrain_at_last_train = int(self._pretrain[:self._n_at_last_train].sum())
+
     def fit(self) -> None:
         """Retrain now on the stored samples (at most ``max_train_samples``)."""
         import xgboost as xgb
@@ -281,6 +296,7 @@ class CostModel:
             dtrain = xgb.DMatrix(X, label=labels, nthread=self.config.nthread)
         self._booster = xgb.train(params, dtrain, num_boost_round=self.config.num_boost_round)
         self._n_at_last_train = self.n_samples
+        self._pretrain_at_last_train = int(self._pretrain.sum())
 
     def _training_indices(self) -> np.ndarray:
         cap = self.config.max_train_samples
@@ -349,6 +365,7 @@ class CostModel:
             "config": asdict(self.config),
             "is_trained": self.is_trained,
             "n_at_last_train": self._n_at_last_train,
+            "pretrain_at_last_train": self._pretrain_at_last_train,
             "data": {
                 "features": _encode(self._X),
                 "throughputs": _encode(self._y),
@@ -396,6 +413,7 @@ class CostModel:
         model._groups = np.array(data["groups"], dtype=object)
         model._pretrain = _decode(data["pretrain"]).astype(bool)
         model._n_at_last_train = int(state["n_at_last_train"])
+        model._pretrain_at_last_train = int(state.get("pretrain_at_last_train", 0))
         if state["is_trained"]:
             import xgboost as xgb
 

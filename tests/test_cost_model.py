@@ -394,6 +394,23 @@ def test_retrain_policy():
     assert model.n_samples == 110
 
 
+def test_pretrained_model_retrains_on_its_own_first_samples():
+    rng = np.random.default_rng(2)
+    X = rng.random((260, 5)).astype(np.float32)
+    y = X[:, 0]
+    cfg = CostModelConfig(min_train_samples=8, retrain_min_new_samples=64, retrain_growth=0.2, num_boost_round=5)
+    model = CostModel(cfg)
+    model.pretrain(X[:240], y[:240], ["other"] * 240)
+    assert model.is_trained
+    # growth counts the run's own samples, not the 240 pretraining ones
+    assert model.update(X[240:248], y[240:248], ["own"] * 8) is True
+    assert model.update(X[248:249], y[248:249], ["own"]) is False      # 1 new < 20% of 8
+    assert model.update(X[249:251], y[249:251], ["own"] * 2) is True   # 3 new >= 20% of 8
+    # a saved model trained on earlier workloads: their samples become transfer data for a new one
+    model.treat_as_pretraining("new")
+    assert model.update(X[251:259], y[251:259], ["new"] * 8) is True
+
+
 def test_pretrain_transfers_and_caps(ranking_data):
     X, y, g = ranking_data
     first, second = g == g[0], g != g[0]

@@ -106,6 +106,21 @@ def test_cost_model_transfer_from_other_workloads_in_the_log(tmp_path):
     assert pretrain_from_log(CostModel(), log, other.key, {"kind": "llvm", "cpu": "other", "threads": 2}) == 0
 
 
+def test_transfer_takes_every_other_workload_in_turn(tmp_path):
+    from cost_model import CostModel
+    from tuner.search import pretrain_from_log
+    log = TuningLog(tmp_path / "t.jsonl")
+    many = WorkloadSpec.parse("matmul", ["M=24", "N=32", "K=16"])
+    few = WorkloadSpec.parse("softmax", ["rows=9", "cols=70"])
+    Tuner(few, small_config(3), log=log).run()
+    Tuner(many, small_config(10), log=log).run()       # the newest records are all this one's
+    target = Tuner(many, small_config(1)).target
+    model = CostModel()
+    assert pretrain_from_log(model, log, "some-other-key", target, limit=6) == 6
+    groups = list(model._groups)
+    assert groups.count(few.key) == 3 and groups.count(many.key) == 3
+
+
 def test_random_search_without_cost_model(tmp_path):
     spec = WorkloadSpec.parse("softmax", ["rows=9", "cols=70"])
     res = Tuner(spec, small_config(4, sampler="random", cost_model=False), log=TuningLog(tmp_path / "l")).run()

@@ -158,12 +158,14 @@ def host_target(threads: int | None) -> dict:
             "threads": threads or t["num_cores"]}
 
 
-def pretrain_from_log(model, log, exclude_key: str, target: dict, limit: int = 96) -> int:
-    """Transfer: train ``model`` on other workloads' records in ``log`` (same CPU), newest first.
+def pretrain_from_log(model, log, exclude_key: str, target: dict, limit: int = 256) -> int:
+    """Transfer: train ``model`` on other workloads' records in ``log`` (same CPU).
 
-    Each record's trace is replayed on its own workload (rebuilt from its name and
-    parameters) and lowered to features; records that cannot be rebuilt are skipped.
-    Returns the number of samples added.
+    Up to ``limit`` records, taken in turn from each other workload (newest
+    first within each), so one long-tuned workload does not crowd out the rest.
+    Each record's trace is replayed on its own workload (rebuilt from its name
+    and parameters) and lowered to features; records that cannot be rebuilt
+    are skipped.  Returns the number of samples added.
     """
     if log is None:
         return 0
@@ -171,12 +173,20 @@ def pretrain_from_log(model, log, exclude_key: str, target: dict, limit: int = 9
     from logs import target_key
     from schedules import Schedule
     want = target_key(target)[:2]
-    feats, thr, groups, specs = [], [], [], {}
+    by_workload: dict = {}
     for rec in reversed(log.read(warn=False).records):   # (the run already warned about skipped lines)
-        if len(feats) >= limit:
-            break
-        if rec.workload_key == exclude_key or target_key(rec.target)[:2] != want or not rec.trace.get("instructions"):
-            continue
+        if rec.workload_key != exclude_key and target_key(rec.target)[:2] == want and rec.trace.get("instructions"):
+            by_workload.setdefault(rec.workload_key, []).append(rec)
+    queues = list(by_workload.values())
+    feats, thr, groups, specs = [], [], [], {}
+    turn = 0
+    while queues and len(feats) < limit:
+        queue = queues[turn % len(queues)]
+        rec = queue.pop(0)
+        if not queue:
+            queues.remove(queue)
+        else:
+            turn += 1
         spec = specs.get(rec.workload_key)
         try:
             if spec is None:
@@ -284,6 +294,7 @@ class Tuner:
         if self.model_path is not None:
             try:
                 model = CostModel.load(self.model_path)   # trained on earlier workloads: transfer
+                model.treat_as_pretraining(self.spec.key)
             except (OSError, ValueError, KeyError):
                 model = None
         if model is None:

@@ -48,7 +48,7 @@ WORKLOADS = {
     "conv2d": ("conv2d", ["N=1", "C=64", "H=56", "W=56", "K=64", "R=3", "S=3", "pad=1"]),
 }
 STRATEGIES = {"random": ("random", False), "optuna": ("tpe", False), "optuna+cost model": ("tpe", True),
-              "optuna+cost model, transfer": ("tpe", True)}
+              "optuna+cost model+transfer": ("tpe", True)}
 # Other workloads, tuned once per benchmark run (64 trials each, as `tensortune tune` would) into a
 # log that the "transfer" strategy starts from: its model is pretrained on them before the first round.
 TRANSFER_SOURCES = (("matmul", ["M=512", "N=512", "K=512"]), ("dense", []),

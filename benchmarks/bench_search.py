@@ -89,13 +89,14 @@ def retimed_ratios(spec: WorkloadSpec, records: list, points: list) -> dict:
     return {n: t["numpy"] / t[keys[json.dumps(r.decisions, sort_keys=True)]] for n, r in best_at.items()}
 
 
-def build_transfer_log(path: str) -> dict:
+def build_transfer_log(path: str, benchmarked: list) -> dict:
     """Tune the transfer sources into ``path``; returns {source label: tuning seconds}."""
     out = {}
     for name, params in TRANSFER_SOURCES:
         spec = WorkloadSpec.parse(name, params)
-        if spec.key in {WorkloadSpec.parse(*w).key for w in WORKLOADS.values()}:
-            raise SystemExit(f"transfer source {name} {params} is a benchmarked workload")
+        if spec.key in {WorkloadSpec.parse(*WORKLOADS[w]).key for w in benchmarked}:
+            raise SystemExit(f"transfer source {name} {params} is a benchmarked workload; bench it without "
+                             "the transfer strategy")
         res = Tuner(spec, TuneConfig(trials=64, seed=100), log=TuningLog(path)).run()
         out[f"{name} {' '.join(params)}".strip()] = round(res.tune_seconds, 1)
         print("transfer source:", name, params, f"{res.tune_seconds:.0f} s", flush=True)
@@ -167,7 +168,7 @@ def main(argv=None) -> int:
     transfer_log = None
     if any(s.endswith("transfer") for s in strategies):
         transfer_log = f"{keep.name}/transfer.jsonl"
-        out["transfer_sources"] = build_transfer_log(transfer_log)
+        out["transfer_sources"] = build_transfer_log(transfer_log, args.only.split(","))
     for wkey in args.only.split(","):
         name, params = WORKLOADS[wkey]
         spec = WorkloadSpec.parse(name, params)

@@ -174,7 +174,6 @@ class CostModel:
         self._groups = np.zeros(0, dtype=object)
         self._pretrain = np.zeros(0, dtype=bool)
         self._n_at_last_train = 0
-        self._pretrain_at_last_train = 0
         self._rng = np.random.default_rng(self.config.seed)
 
     # ------------------------------------------------------------ data
@@ -222,9 +221,8 @@ class CostModel:
             return True
         # Growth counts the run's own samples: a model pretrained on hundreds of
         # other workloads' samples still retrains on its first few measurements.
-        own = n - int(self._pretrain.sum())
-        own_before = self._n_at_last_train - self._pretrain_at_last_train
-        new = own - own_before
+        own_before = int((~self._pretrain[:self._n_at_last_train]).sum())   # (samples are only appended)
+        new = int((~self._pretrain).sum()) - own_before
         return new > 0 and (new >= c.retrain_min_new_samples or new >= c.retrain_growth * own_before)
 
     # ------------------------------------------------------------ public API
@@ -274,7 +272,6 @@ class CostModel:
         workload's own samples, and a cap keeps its samples first).
         """
         self._pretrain = self._pretrain | (self._groups != str(except_group))
-        self._pretrain_at_last_train = int(self._pretrain[:self._n_at_last_train].sum())
 
     def fit(self) -> None:
         """Retrain now on the stored samples (at most ``max_train_samples``)."""
@@ -296,7 +293,6 @@ class CostModel:
             dtrain = xgb.DMatrix(X, label=labels, nthread=self.config.nthread)
         self._booster = xgb.train(params, dtrain, num_boost_round=self.config.num_boost_round)
         self._n_at_last_train = self.n_samples
-        self._pretrain_at_last_train = int(self._pretrain.sum())
 
     def _training_indices(self) -> np.ndarray:
         cap = self.config.max_train_samples
@@ -365,7 +361,6 @@ class CostModel:
             "config": asdict(self.config),
             "is_trained": self.is_trained,
             "n_at_last_train": self._n_at_last_train,
-            "pretrain_at_last_train": self._pretrain_at_last_train,
             "data": {
                 "features": _encode(self._X),
                 "throughputs": _encode(self._y),
@@ -413,7 +408,6 @@ class CostModel:
         model._groups = np.array(data["groups"], dtype=object)
         model._pretrain = _decode(data["pretrain"]).astype(bool)
         model._n_at_last_train = int(state["n_at_last_train"])
-        model._pretrain_at_last_train = int(state.get("pretrain_at_last_train", 0))
         if state["is_trained"]:
             import xgboost as xgb
 

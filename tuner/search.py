@@ -177,16 +177,12 @@ def pretrain_from_log(model, log, exclude_key: str, target: dict, limit: int = 2
     for rec in reversed(log.read(warn=False).records):   # (the run already warned about skipped lines)
         if rec.workload_key != exclude_key and target_key(rec.target)[:2] == want and rec.trace.get("instructions"):
             by_workload.setdefault(rec.workload_key, []).append(rec)
-    queues = list(by_workload.values())
+    # round robin: every workload's newest record, then every workload's second newest, ...
+    turns = sorted(((i, rec) for recs in by_workload.values() for i, rec in enumerate(recs)), key=lambda t: t[0])
     feats, thr, groups, specs = [], [], [], {}
-    turn = 0
-    while queues and len(feats) < limit:
-        queue = queues[turn % len(queues)]
-        rec = queue.pop(0)
-        if not queue:
-            queues.remove(queue)
-        else:
-            turn += 1
+    for _, rec in turns:
+        if len(feats) >= limit:
+            break
         spec = specs.get(rec.workload_key)
         try:
             if spec is None:

@@ -2,12 +2,15 @@
 
     python benchmarks/bench_search.py [--trials 256] [--seeds 0,1,2] [--only matmul1024,conv2d]
                                       [--strategies random,optuna,...] [--out benchmarks/search_results.json]
+                                      [--keep-logs DIR]
 
 Strategies: random search (Optuna RandomSampler, no model), Optuna alone (TPE,
-each ask measured) and Optuna + cost model (per measured candidate 2 TPE asks
-and 4 mutants of the best measured schedules; half of each batch is TPE's
-first asks in its order, the other half the XGBoost model's top picks), and
-the same with transfer: its log starts with the records of three other
+each ask measured) and Optuna + cost model (the default tuner: once the model
+has 24 samples, per measured candidate 2 TPE asks and 4 mutants of the best
+measured schedules; half of each batch is TPE's first asks in its order, the
+other half the XGBoost model's top picks), the same with the model ranking
+from its first training (8 samples, round 2), and the default with transfer:
+its log starts with the records of three other
 workloads (matmul 512, dense, a conv2d of another shape; tuned once per
 benchmark run, 64 trials each), which pretrain the model before the first
 round, as a user's per-user log would.  Every other run starts from an empty log and, so
@@ -21,14 +24,16 @@ drift between runs, so the best-while-tuning GFLOP/s are listed as well but
 the ratios are the comparison.  Median and range over seeds; then the cost model's
 pairwise ranking accuracy and top-k recall on held-out measured candidates of
 each workload (train on 80% of the distinct candidates, test on the other 20%,
-5 random splits), and the same test sets ranked by a model pretrained on the
-other workloads only.  Results are written to --out as they come, so an
+5 random splits), the same for models trained on only 8, 16, ... of the
+training candidates (a learning curve), and the same test sets ranked by a
+model pretrained on the other workloads only.  Results are written to --out as they come, so an
 interrupted run keeps what it measured.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -47,8 +52,12 @@ WORKLOADS = {
     "matmul512": ("matmul", ["M=512", "N=512", "K=512"]),
     "conv2d": ("conv2d", ["N=1", "C=64", "H=56", "W=56", "K=64", "R=3", "S=3", "pad=1"]),
 }
-STRATEGIES = {"random": ("random", False), "optuna": ("tpe", False), "optuna+cost model": ("tpe", True),
-              "optuna+cost model+transfer": ("tpe", True)}
+STRATEGIES = {"random": ("random", False, {}), "optuna": ("tpe", False, {}),
+              "optuna+cost model": ("tpe", True, {}),
+              "optuna+cost model+transfer": ("tpe", True, {}),
+              # the model ranks from its first training (8 samples; the default waits for 24)
+              "optuna+cost model from round 2": ("tpe", True, {"model_warmup": 0})}
+LEARNING_CURVE = (8, 16, 24, 32, 64, 128, 256, 512)
 # Other workloads, tuned once per benchmark run (64 trials each, as `tensortune tune` would) into a
 # log that the "transfer" strategy starts from: its model is pretrained on them before the first round.
 TRANSFER_SOURCES = (("matmul", ["M=512", "N=512", "K=512"]), ("dense", []),
@@ -120,6 +129,7 @@ def model_accuracy(spec: WorkloadSpec, records: list, splits: int = 5, k: int = 
     X, y = np.stack(X), np.array(y)
     rng = np.random.default_rng(0)
     acc, rec, tacc, trec = [], [], [], []
+    curve = {n: ([], []) for n in LEARNING_CURVE if n < int(0.8 * len(y))}
     transfer = None
     if transfer_log is not None:     # a model that saw only the other workloads (what a new run starts from)
         from tuner.search import host_target, pretrain_from_log
@@ -135,12 +145,20 @@ def model_accuracy(spec: WorkloadSpec, records: list, splits: int = 5, k: int = 
         pred = m.predict(X[te])
         acc.append(pairwise_accuracy(pred, y[te]))
         rec.append(topk_recall(pred, y[te], min(k, len(te))))
+        for n, (ca, cr) in curve.items():     # the same test set, a model trained on only n samples
+            m = CostModel()
+            m.update(X[tr[:n]], y[tr[:n]], ["w"] * n)
+            m.fit()
+            pred = m.predict(X[te])
+            ca.append(pairwise_accuracy(pred, y[te]))
+            cr.append(topk_recall(pred, y[te], min(k, len(te))))
         if transfer is not None and transfer.is_trained:
             pred = transfer.predict(X[te])
             tacc.append(pairwise_accuracy(pred, y[te]))
             trec.append(topk_recall(pred, y[te], min(k, len(te))))
     out = {"candidates": int(len(y)), "pairwise_accuracy": float(np.mean(acc)),
-           "topk_recall": float(np.mean(rec)), "k": k}
+           "topk_recall": float(np.mean(rec)), "k": k,
+           "learning_curve": {n: [float(np.mean(ca)), float(np.mean(cr))] for n, (ca, cr) in curve.items()}}
     if tacc:
         out.update(transfer_pairwise_accuracy=float(np.mean(tacc)), transfer_topk_recall=float(np.mean(trec)))
     return out
@@ -153,6 +171,7 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="matmul1024,conv2d")
     ap.add_argument("--out", default="benchmarks/search_results.json")
     ap.add_argument("--with-heuristic", action="store_true")
+    ap.add_argument("--keep-logs", metavar="DIR", help="copy each run's tuning log into DIR")
     ap.add_argument("--strategies", default=",".join(STRATEGIES),
                     help="comma-separated subset of: " + ", ".join(STRATEGIES))
     args = ap.parse_args(argv)
@@ -174,16 +193,20 @@ def main(argv=None) -> int:
         spec = WorkloadSpec.parse(name, params)
         all_records = []
         for strat in strategies:
-            sampler, cm = STRATEGIES[strat]
+            sampler, cm, extra = STRATEGIES[strat]
             for seed in seeds:
                 with tempfile.TemporaryDirectory() as tmp:
                     if strat.endswith("transfer"):
                         shutil.copy(transfer_log, f"{tmp}/log.jsonl")
                     log = TuningLog(f"{tmp}/log.jsonl")
                     cfg = TuneConfig(trials=args.trials, sampler=sampler, cost_model=cm, seed=seed,
-                                     seed_heuristic=args.with_heuristic)
+                                     seed_heuristic=args.with_heuristic, **extra)
                     res = Tuner(spec, cfg, log=log).run()
                     own = [r for r in log.records() if r.workload_key == spec.key]
+                    if args.keep_logs:
+                        os.makedirs(args.keep_logs, exist_ok=True)
+                        shutil.copy(f"{tmp}/log.jsonl", os.path.join(
+                            args.keep_logs, f"{wkey}-{strat.replace(' ', '_')}-{seed}.jsonl"))
                     all_records += own
                     ratios = retimed_ratios(spec, own, points)
                 run = {"workload": wkey, "strategy": strat, "seed": seed, "tune_s": res.tune_seconds,
@@ -237,6 +260,9 @@ def print_tables(out: dict) -> None:
         if m:
             print(f"cost model, held-out: pairwise accuracy {m['pairwise_accuracy']:.3f}, top-{m['k']} recall "
                   f"{m['topk_recall']:.3f} ({m['candidates']} distinct measured candidates, 5 splits of 80/20)")
+            if m.get("learning_curve"):
+                print("trained on n random samples only (pairwise accuracy / top-k recall, same test sets): " +
+                      ", ".join(f"{n}: {a:.3f}/{r:.2f}" for n, (a, r) in m["learning_curve"].items()))
             if "transfer_pairwise_accuracy" in m:
                 print(f"model pretrained on the other workloads only, same test sets: pairwise accuracy "
                       f"{m['transfer_pairwise_accuracy']:.3f}, top-{m['k']} recall {m['transfer_topk_recall']:.3f}")

@@ -511,7 +511,7 @@ def test_model_picked_mutants_are_measured_told_to_the_study_and_replay(tmp_path
     monkeypatch.setattr(S.Tuner, "_study", keep_study)
     spec = WorkloadSpec.parse("matmul", ["M=64", "N=48", "K=32"])
     log = TuningLog(tmp_path / "l")
-    res = Tuner(spec, small_config(24), log=log).run()
+    res = Tuner(spec, small_config(24, model_warmup=0), log=log).run()
     assert res.trials == 24 and 0 < res.mutants < 24
     done = [t for t in studies[0].trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert len(done) == res.trials + res.invalid, "every measurement, mutant or ask, is a completed trial"
@@ -524,6 +524,37 @@ def test_model_picked_mutants_are_measured_told_to_the_study_and_replay(tmp_path
         assert src.decisions == r.decisions
     # without the model (or with no mutants wanted) nothing but the sampler's asks is measured
     assert Tuner(spec, small_config(12, cost_model=False), log=TuningLog(tmp_path / "m")).run().mutants == 0
+
+
+def test_model_ranks_only_after_its_warmup(tmp_path, monkeypatch):
+    """``model_warmup``: until the model has that many samples, the sampler's asks alone are measured."""
+    import tuner.search as S
+    from tuner.measure import MeasureResult, Measurer
+
+    def fake_measure(self, candidates, before_timing=None, screen=True):
+        if before_timing is not None:
+            before_timing()
+        return [MeasureResult(costs=[1e-3 * (1 + hash(str(f)) % 97)], func=f) for f in candidates]
+
+    ranked_at = []      # the model's sample count whenever it picked a round
+    real_pick = S.Tuner._pick
+
+    def spy_pick(self, pool, want, model):
+        if model is not None:
+            ranked_at.append(model.n_samples)
+        return real_pick(self, pool, want, model)
+
+    monkeypatch.setattr(Measurer, "measure", fake_measure)
+    monkeypatch.setattr(S.Tuner, "_pick", spy_pick)
+    spec = WorkloadSpec.parse("matmul", ["M=64", "N=48", "K=32"])
+    res = Tuner(spec, small_config(24, model_warmup=12, finalists=0), log=TuningLog(tmp_path / "a")).run()
+    assert ranked_at and min(ranked_at) >= 12 and res.mutants > 0
+    ranked_at.clear()
+    res = Tuner(spec, small_config(24, model_warmup=0, finalists=0), log=TuningLog(tmp_path / "b")).run()
+    assert ranked_at and min(ranked_at) < 12, "without a warmup the model ranks from its first training"
+    ranked_at.clear()
+    res = Tuner(spec, small_config(16, model_warmup=10**6, finalists=0), log=TuningLog(tmp_path / "c")).run()
+    assert ranked_at == [] and res.mutants == 0 and res.trials == 16
 
 
 def test_fastest_schedules_are_confirmed_side_by_side_at_the_end(tmp_path, monkeypatch):

@@ -3,10 +3,11 @@
 Each round measures ``batch_size`` candidates:
 
 1. ask trials from the Optuna study (``asks_per_measure`` per measured
-   candidate once the cost model is trained, else one); each trial's
+   candidate once the cost model ranks, i.e. is trained on ``model_warmup``
+   samples of this or, for transfer, other workloads; else one); each trial's
    decisions build a schedule through the search space and are lowered (an
-   illegal combination is recorded as an invalid candidate).  With a trained
-   model, ``mutants_per_measure`` *mutants* per measured candidate join them:
+   illegal combination is recorded as an invalid candidate).  Once the model ranks,
+   ``mutants_per_measure`` *mutants* per measured candidate join them:
    one or two decisions of one of the best measured schedules changed (local
    search, as MetaSchedule's evolutionary search does; the sampler alone
    samples near good regions but rarely refines the best point).  From the
@@ -17,7 +18,7 @@ Each round measures ``batch_size`` candidates:
 2. the sampler's first asks, an ``epsilon`` share of the batch, are measured
    as the sampler ordered them (exploration the model cannot veto); the rest
    of the batch is the top of the XGBoost model's ranking of all other asks
-   and mutants (before the model has data, the sampler's order is kept);
+   and mutants (before the model's warmup, the sampler's order is kept);
 3. measured trials are told their GFLOP/s (0 for a failed candidate, so the
    sampler learns to avoid it); a measured mutant is added to the study as a
    completed trial.  **Unmeasured asks are told FAIL**: Optuna's samplers
@@ -72,6 +73,9 @@ class TuneConfig:
     cost_model: bool = True
     timeout_s: float | None = None   # stop starting new rounds after this many seconds
     seed_heuristic: bool = True      # first trial: the space's heuristic starting point
+    # The model ranks candidates once trained on this many samples (own or transfer): fitted on
+    # fewer, its picks are close to random while they replace half of the sampler's asks.
+    model_warmup: int = 24
     finalists: int = 4               # fastest schedules re-timed side by side at the end (0: off)
     final_rounds: int = 3            # interleaved rounds of that re-timing
     threads: int | None = None       # kernel threads (None: all cores)
@@ -410,8 +414,7 @@ class Tuner:
                         stop_reason = (f"search space exhausted: the last {st.stale} proposals all "
                                        "repeated schedules already measured")
                         break
-                    picked, rest = self._pick(pool, want, model if model is not None and model.is_trained
-                                              else None)
+                    picked, rest = self._pick(pool, want, model if self._ranks(model) else None)
                     for cand in rest:
                         if cand.trial is not None:
                             study.tell(cand.trial, state=fail)  # unmeasured: withdrawn
@@ -483,9 +486,13 @@ class Tuner:
                           time.perf_counter() - start, str(self.log.path) if self.log is not None else None,
                           stop_reason, st.mutants, finalists)
 
+    def _ranks(self, model) -> bool:
+        """Whether the model picks candidates this round (before that, the sampler's asks are measured)."""
+        return model is not None and model.is_trained and model.n_samples >= self.config.model_warmup
+
     def _n_ask(self, want: int, model) -> tuple:
         """(sampler asks, mutants) to prepare for ``want`` measurements."""
-        if model is None or not model.is_trained:
+        if not self._ranks(model):
             return want, 0
         cfg = self.config
         return max(want, want * cfg.asks_per_measure), want * cfg.mutants_per_measure

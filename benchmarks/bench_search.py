@@ -82,6 +82,9 @@ def retimed_ratios(spec: WorkloadSpec, records: list, points: list) -> dict:
             best = r
         if i in points and best is not None:
             best_at[i] = best
+    for n in points:       # a run that stopped early: its final best stands for the checkpoints it missed
+        if n > len(measured) and best is not None:
+            best_at[n] = best
     inputs = spec.inputs(0)
     fns, keys = {}, {}
     for n, r in best_at.items():
@@ -256,6 +259,10 @@ def print_tables(out: dict) -> None:
                 v = [r["best_after"][str(n)] if str(n) in r["best_after"] else r["best_after"][n] for r in runs]
                 cells.append(f"{statistics.median(v):.1f} [{min(v):.1f}-{max(v):.1f}]")
             print(f"| {strat} | " + " | ".join(cells) + f" | {statistics.median(r['tune_s'] for r in runs):.0f} |")
+        for r in out["runs"]:
+            if r["workload"] == wkey and r["measured"] < out["trials"]:
+                print(f"{r['strategy']} seed {r['seed']} stopped after {r['measured']} trials "
+                      f"({r['stop_reason']}); its final best stands for the later checkpoints")
         m = out["model"].get(wkey)
         if m:
             print(f"cost model, held-out: pairwise accuracy {m['pairwise_accuracy']:.3f}, top-{m['k']} recall "

@@ -140,6 +140,26 @@ def test_exhausted_space_stops_with_a_reason(tmp_path):
     assert res.asked < res.trials + 4 * S.STALE_ASKS
 
 
+def test_a_sampler_that_repeats_itself_does_not_end_the_run(tmp_path, monkeypatch):
+    """Repeated asks (a converged TPE) are replaced by mutants of the best schedules, not counted as exhaustion."""
+    import warnings
+
+    import optuna
+    import tuner.search as S
+    spec = WorkloadSpec.parse("matmul", ["M=64", "N=48", "K=32"])
+    probe = Tuner(spec, small_config(1))
+    fixed = probe._as_params(probe.space.default_decisions())      # every ask: the same schedule
+    monkeypatch.setattr(S, "make_sampler", lambda name, seed: optuna.samplers.PartialFixedSampler(
+        fixed, optuna.samplers.RandomSampler(seed=seed)))
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    log = TuningLog(tmp_path / "l")
+    res = Tuner(spec, small_config(20, cost_model=False, seed_heuristic=False, finalists=0), log=log).run()
+    assert res.stop_reason is None and res.trials == 20
+    assert res.mutants == 19, "one measured ask, then mutants in the repeats' place"
+    recs = [r for r in log.records() if not r.confirmed]
+    assert len({json.dumps(r.decisions, sort_keys=True) for r in recs}) == len(recs) == 20
+
+
 def test_generated_space_invalid_share_is_zero_on_user_stencil(tmp_path):
     path = tmp_path / "ops.py"
     path.write_text(STENCIL)

@@ -73,8 +73,9 @@ class TuneConfig:
     cost_model: bool = True
     timeout_s: float | None = None   # stop starting new rounds after this many seconds
     seed_heuristic: bool = True      # first trial: the space's heuristic starting point
-    # The model ranks candidates once trained on this many samples (own or transfer): fitted on
-    # fewer, its picks are close to random while they replace half of the sampler's asks.
+    # The model ranks candidates once trained on this many samples (own or transfer); before, the
+    # sampler's asks alone are measured (benchmarks/RESULTS.md, session 7: ranking from the first
+    # 8 samples searched worse than this warmup on matmul 1024 and, up to 128 trials, on conv2d).
     model_warmup: int = 24
     finalists: int = 4               # fastest schedules re-timed side by side at the end (0: off)
     final_rounds: int = 3            # interleaved rounds of that re-timing
@@ -107,7 +108,7 @@ class TuneResult:
     tune_seconds: float
     log: str | None
     stop_reason: str | None = None   # why fewer than the requested trials were measured
-    mutants: int = 0                 # measured candidates that were model-picked mutants (not asks)
+    mutants: int = 0                 # measured mutants (model picks, or stand-ins for repeated asks)
     finalists: list = field(default_factory=list)  # (GFLOP/s while tuning, confirmed GFLOP/s), final order
 
     @property
@@ -548,7 +549,7 @@ class _Asker:
     def __init__(self, tuner: Tuner, study, st: _RunState, n_ask: int, n_mutants: int = 0):
         self.tuner, self.study, self.st, self.n_ask, self.n_mutants = tuner, study, st, n_ask, n_mutants
         # the parents of this round's mutants: the best measured when the round is asked
-        self.parents = [d for _, d in st.parents] if n_mutants else []
+        self.parents = [d for _, d in st.parents]
         self.pool: list = []
         self.invalid_records: list = []
         self._cv = threading.Condition()
@@ -615,6 +616,17 @@ class _Asker:
         self.pool.append(cand)
         return True
 
+    def _mutant(self) -> bool:
+        """Pool one new variant of a parent (the better ones more often); False if none was made."""
+        if not self.parents:
+            return False
+        rng = self.tuner.mutation_rng
+        parent = rng.choices(self.parents, weights=[1 / (i + 1) for i in range(len(self.parents))])[0]
+        names = sorted(parent)
+        mutate = rng.sample(names, min(len(names), 1 if rng.random() < 0.7 else 2))
+        cand = self.tuner._prepare(None, src=MutatedDecisions(parent, mutate, rng))
+        return cand.error is None and self._is_new(cand)
+
     def run(self) -> None:
         import optuna
         st, study = self.st, self.study
@@ -631,21 +643,22 @@ class _Asker:
                 st.stale = -1
             else:
                 study.tell(cand.trial, state=optuna.trial.TrialState.FAIL)   # a repeat: withdrawn
+                # A converged sampler (TPE after a few hundred trials) keeps proposing what
+                # was measured: a variant of one of the best schedules takes the repeat's
+                # place, so the run goes on searching; only when those repeat too does the
+                # space count as exhausted.
+                if any(self._mutant() for _ in range(3)):
+                    st.stale = -1
             st.stale += 1
         # Local search around the best schedules for the model to screen.  A mutant
         # is no Optuna trial: an unmeasured one is dropped (the sampler never hears
         # of it), a measured one is added to the study as a completed trial.
-        rng, made = self.tuner.mutation_rng, 0
+        made = 0
         for _ in range(3 * self.n_mutants if self.parents else 0):
             if made >= self.n_mutants:
                 break
             self._wait_turn()
-            parent = rng.choices(self.parents, weights=[1 / (i + 1) for i in range(len(self.parents))])[0]
-            names = sorted(parent)
-            mutate = rng.sample(names, min(len(names), 1 if rng.random() < 0.7 else 2))
-            cand = self.tuner._prepare(None, src=MutatedDecisions(parent, mutate, rng))
-            if cand.error is None and self._is_new(cand):
-                made += 1
+            made += self._mutant()
         with self._cv:
             self._busy = False
             self._cv.notify_all()

@@ -115,6 +115,15 @@ def build_transfer_log(path: str, benchmarked: list) -> dict:
     return out
 
 
+def trained(X, y) -> CostModel:
+    """A fresh model fitted on (X, y), once (``update`` fits a new model when it has enough samples)."""
+    m = CostModel()
+    m.update(X, y, ["w"] * len(y))
+    if not m.is_trained:
+        m.fit()
+    return m
+
+
 def model_accuracy(spec: WorkloadSpec, records: list, splits: int = 5, k: int = 10, transfer_log=None) -> dict:
     space = GeneratedSpace(spec.tensors())
     seen, X, y = set(), [], []
@@ -142,17 +151,12 @@ def model_accuracy(spec: WorkloadSpec, records: list, splits: int = 5, k: int = 
         idx = rng.permutation(len(y))
         cut = int(0.8 * len(y))
         tr, te = idx[:cut], idx[cut:]
-        m = CostModel()
-        m.update(X[tr], y[tr], ["w"] * len(tr))
-        m.fit()
+        m = trained(X[tr], y[tr])
         pred = m.predict(X[te])
         acc.append(pairwise_accuracy(pred, y[te]))
         rec.append(topk_recall(pred, y[te], min(k, len(te))))
         for n, (ca, cr) in curve.items():     # the same test set, a model trained on only n samples
-            m = CostModel()
-            m.update(X[tr[:n]], y[tr[:n]], ["w"] * n)
-            m.fit()
-            pred = m.predict(X[te])
+            pred = trained(X[tr[:n]], y[tr[:n]]).predict(X[te])
             ca.append(pairwise_accuracy(pred, y[te]))
             cr.append(topk_recall(pred, y[te], min(k, len(te))))
         if transfer is not None and transfer.is_trained:

@@ -542,7 +542,7 @@ def test_model_picked_mutants_are_measured_told_to_the_study_and_replay(tmp_path
         src = FixedDecisions(r.decisions, strict=True)
         space.apply(src)
         assert src.decisions == r.decisions
-    # without the model (or with no mutants wanted) nothing but the sampler's asks is measured
+    # without the model nothing but the sampler's asks is measured (while it does not repeat itself)
     assert Tuner(spec, small_config(12, cost_model=False), log=TuningLog(tmp_path / "m")).run().mutants == 0
 
 

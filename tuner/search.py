@@ -75,7 +75,8 @@ class TuneConfig:
     seed_heuristic: bool = True      # first trial: the space's heuristic starting point
     # The model ranks candidates once trained on this many samples (own or transfer); before, the
     # sampler's asks alone are measured (benchmarks/RESULTS.md, session 7: ranking from the first
-    # 8 samples searched worse than this warmup on matmul 1024 and, up to 128 trials, on conv2d).
+    # 8 samples searched worse than this warmup at 64-256 trials on matmul 1024 and at 64 and 128
+    # trials on conv2d).
     model_warmup: int = 24
     finalists: int = 4               # fastest schedules re-timed side by side at the end (0: off)
     final_rounds: int = 3            # interleaved rounds of that re-timing
@@ -617,9 +618,13 @@ class _Asker:
         return True
 
     def _mutant(self) -> bool:
-        """Pool one new variant of a parent (the better ones more often); False if none was made."""
+        """Pool one new variant of a parent (the better ones more often); False if none was made.
+
+        Waits for its turn first: each prepared candidate is one unit of work between pauses.
+        """
         if not self.parents:
             return False
+        self._wait_turn()
         rng = self.tuner.mutation_rng
         parent = rng.choices(self.parents, weights=[1 / (i + 1) for i in range(len(self.parents))])[0]
         names = sorted(parent)
@@ -657,7 +662,6 @@ class _Asker:
         for _ in range(3 * self.n_mutants if self.parents else 0):
             if made >= self.n_mutants:
                 break
-            self._wait_turn()
             made += self._mutant()
         with self._cv:
             self._busy = False

@@ -10,7 +10,7 @@ import pytest
 from logs import TuningFallbackWarning, TuningLog, build
 from schedules.knobs import KnobSpace, SplitEntity, _factorizations
 from schedules import Schedule
-from schedules.space import FixedDecisions, GeneratedSpace, MutatedDecisions, RandomDecisions
+from schedules.space import FixedDecisions, GeneratedSpace, MutatedDecisions, RandomDecisions, SpaceOptions
 from tensorir import ops, te
 from tensorir.errors import DecisionError, ScheduleError
 from tuner.cli import main
@@ -213,6 +213,40 @@ def test_outer_decision_puts_that_axis_first_in_the_parallel_loop(epilogue):
     if epilogue:
         ref = np.maximum(ref + inputs[2], 0)
     np.testing.assert_allclose(want, ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("which", ["matmul", "dense"])
+def test_pack_in_task_packs_each_tasks_block_inside_the_parallel_loop(which):
+    """``pack_in_task``: the parallel loop walks the vector axis's blocks and each task packs its own
+    block of the panels (sizes no tile divides); results equal numpy either way, and a decision dict
+    written before the choice existed replays as a pack at root."""
+    tensors, name = (ops.dense(37, 29, 70), "Y") if which == "dense" else (ops.matmul(37, 70, 29), "C")
+    space = GeneratedSpace(tensors, SpaceOptions(vector_bits=512, cores=2))
+    base = {**space.default_decisions(), f"{name.replace('Y', 'D')}.j.t3": 16}
+    for k in [k for k in base if k.rsplit(".", 1)[-1] in ("t2", "t1")]:
+        base[k] = 1                                   # 5 tasks of 16 columns (the last one 6 wide)
+    packed = "W_pack" if which == "dense" else "B_pack"
+    anchor = "D" if which == "dense" else "C"
+    rng = np.random.default_rng(1)
+    inputs = [rng.uniform(-1, 1, t.shape).astype(np.float32) for t in tensors[:-1]]
+    ref = inputs[0] @ (inputs[1].T if which == "dense" else inputs[1])
+    if which == "dense":
+        ref = np.maximum(ref + inputs[2], 0)
+    for in_task in (True, False, None):
+        d = {**base, f"{anchor}.pack_in_task": in_task, f"{name}.parallel": True}
+        if in_task is None:
+            del d[f"{anchor}.pack_in_task"]
+        src = FixedDecisions(d)
+        s = space.apply(src)
+        assert src.decisions[f"{anchor}.pack_in_task"] is bool(in_task)
+        stage = s.state.stage(packed)
+        assert (stage.attach.kind == "at") is bool(in_task), stage.attach
+        if in_task:
+            assert f"{stage.attach.stage}.{stage.attach.loop}" == s.loops(name)[0], stage.attach
+            assert s.loops(name)[0].startswith(f"{name}.j.")
+        out = np.empty(tensors[-1].shape, np.float32)
+        s.build()(*inputs, out)
+        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("bits,registers", [(512, 32), (256, 16)])

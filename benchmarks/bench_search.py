@@ -17,8 +17,9 @@ round, as a user's per-user log would.  Every other run starts from an empty log
 that the comparison is about the search, WITHOUT the space's heuristic first
 trial (``--with-heuristic`` puts it back, as `tensortune tune` does).  Reports, after
 16/32/64/128/256 trials, the best schedule so far (by its measurement while
-tuning) re-timed at the end of its run side by side with numpy, as a ratio to
-numpy: on this shared host the single best of many measurements taken at
+tuning), and the fastest of the 4 best so far (what `tensortune tune` keeps: it
+re-times its 4 finalists at the end), re-timed at the end of its run side by side
+with numpy, as a ratio to numpy: on this shared host the single best of many measurements taken at
 different times is biased upward (a lucky measurement), and absolute GFLOP/s
 drift between runs, so the best-while-tuning GFLOP/s are listed as well but
 the ratios are the comparison.  Median and range over seeds; then the cost model's
@@ -70,35 +71,43 @@ def best_after(history: list, n: int) -> float:
     return max(vals) if vals else 0.0
 
 
-def retimed_ratios(spec: WorkloadSpec, records: list, points: list) -> dict:
-    """{n: numpy time / time of the best-so-far schedule after n measured trials}, timed side by side now."""
+def retimed_ratios(spec: WorkloadSpec, records: list, points: list, finalists=(1, 4)) -> dict:
+    """{k: {n: numpy time / time of the fastest of the k best-so-far schedules after n measured trials}}.
+
+    All timed side by side now.  k = 1 is the single best by its measurement while tuning; k = 4
+    is what `tensortune tune` delivers (its ``finalists``: the 4 fastest as measured while tuning
+    are re-timed side by side at the end and the fastest confirmed one is kept), which also
+    protects a strategy that measures many near-equal schedules from keeping a lucky measurement.
+    """
     from schedules import Schedule
     from tensorir.build import build
     from tuner.compare import side_by_side
     measured = [r for r in records if not r.confirmed and r.error_kind not in ("schedule", "lower")]
-    best_at, best = {}, None
-    for i, r in enumerate(measured, 1):
-        if r.ok and (best is None or r.gflops > best.gflops):
-            best = r
-        if i in points and best is not None:
-            best_at[i] = best
+    key = lambda r: json.dumps(r.decisions, sort_keys=True)   # noqa: E731
+    tops = {}
     for n in points:       # a run that stopped early: its final best stands for the checkpoints it missed
-        if n > len(measured) and best is not None:
-            best_at[n] = best
+        distinct = {}
+        for r in sorted((r for r in measured[:n] if r.ok and r.gflops), key=lambda r: -r.gflops):
+            distinct.setdefault(key(r), r)
+            if len(distinct) == max(finalists):
+                break
+        if distinct:
+            tops[n] = list(distinct.values())
     inputs = spec.inputs(0)
-    fns, keys = {}, {}
-    for n, r in best_at.items():
-        key = json.dumps(r.decisions, sort_keys=True)
-        if key not in keys:
-            keys[key] = f"s{len(keys)}"
-            kernel = build(Schedule.from_json(spec.tensors(), r.trace).lower())
-            outs = [np.empty(t.shape, t.dtype) for t in spec.output_tensors()]
-            kernel(*inputs, *outs)
-            fns[keys[key]] = kernel.bind(*inputs, *outs)
+    fns, names = {}, {}
+    for top in tops.values():
+        for r in top:
+            if key(r) not in names:
+                names[key(r)] = f"s{len(names)}"
+                kernel = build(Schedule.from_json(spec.tensors(), r.trace).lower())
+                outs = [np.empty(t.shape, t.dtype) for t in spec.output_tensors()]
+                kernel(*inputs, *outs)
+                fns[names[key(r)]] = kernel.bind(*inputs, *outs)
     impl = spec.numpy_impl()
     fns["numpy"] = lambda: impl(inputs)
     t = {k: v["median"] for k, v in side_by_side(fns, rounds=3, min_repeat_ms=50, repeats_per_round=3).items()}
-    return {n: t["numpy"] / t[keys[json.dumps(r.decisions, sort_keys=True)]] for n, r in best_at.items()}
+    return {k: {n: t["numpy"] / min(t[names[key(r)]] for r in top[:k]) for n, top in tops.items()}
+            for k in finalists}
 
 
 def build_transfer_log(path: str, benchmarked: list) -> dict:
@@ -219,7 +228,7 @@ def main(argv=None) -> int:
                 run = {"workload": wkey, "strategy": strat, "seed": seed, "tune_s": res.tune_seconds,
                        "measured": res.trials, "stop_reason": res.stop_reason,
                        "best_after": {n: best_after(res.history, n) for n in points},
-                       "retimed_ratio": ratios,
+                       "retimed_ratio": ratios[1], "retimed_ratio_top4": ratios[4],
                        "errors": dict(res.errors), "invalid": res.invalid, "asked": res.asked}
                 out["runs"].append(run)
                 print(json.dumps(run), flush=True)
@@ -237,8 +246,11 @@ def print_tables(out: dict) -> None:
     points = [c for c in CHECKPOINTS if c <= out["trials"]]
     for wkey in dict.fromkeys(r["workload"] for r in out["runs"]):
         runs = [r for r in out["runs"] if r["workload"] == wkey]
-        if all("retimed_ratio" in r for r in runs):
-            print(f"\n{wkey}: best-so-far schedule after N measured trials re-timed side by side with numpy "
+        for field, what in (("retimed_ratio", "best-so-far schedule"),
+                            ("retimed_ratio_top4", "fastest of the 4 best-so-far schedules (as tune's finalists)")):
+            if not all(field in r for r in runs):
+                continue
+            print(f"\n{wkey}: {what} after N measured trials re-timed side by side with numpy "
                   f"(ratio to numpy), median [min-max] over seeds {out['seeds']}")
             print("| strategy | " + " | ".join(str(n) for n in points) + " |")
             print("|---|" + "---|" * len(points))
@@ -247,7 +259,7 @@ def print_tables(out: dict) -> None:
                 if sr:
                     cells = []
                     for n in points:
-                        v = [r["retimed_ratio"].get(str(n), r["retimed_ratio"].get(n, 0.0)) for r in sr]
+                        v = [r[field].get(str(n), r[field].get(n, 0.0)) for r in sr]
                         cells.append(f"{statistics.median(v):.2f}x [{min(v):.2f}-{max(v):.2f}]")
                     print(f"| {strat} | " + " | ".join(cells) + " |")
         print(f"\n{wkey}: best GFLOP/s as measured while tuning after N trials, median [min-max] over seeds "

@@ -127,6 +127,29 @@ def test_random_search_without_cost_model(tmp_path):
     assert res.trials == 4 and res.best is not None
 
 
+def test_no_kernel_is_timed_while_xgboost_is_still_being_imported(tmp_path, monkeypatch):
+    """The background import of xgboost (seconds of CPU) ends before the first kernel's clock starts."""
+    import threading
+    import time
+
+    import tuner.search as S
+    from tuner.measure import Measurer
+    done, timed_during_import = threading.Event(), []
+
+    def slow_import():
+        time.sleep(2.5)      # longer than the first round's compilation
+        done.set()
+
+    def send_run(self, *args, _orig=Measurer._send_run):
+        timed_during_import.append(not done.is_set())
+        return _orig(self, *args)
+    monkeypatch.setattr(S, "_import_xgboost", slow_import)
+    monkeypatch.setattr(Measurer, "_send_run", send_run)
+    spec = WorkloadSpec.parse("matmul", ["M=16", "N=32", "K=8"])
+    res = Tuner(spec, small_config(4), log=TuningLog(tmp_path / "l")).run()
+    assert res.trials == 4 and timed_during_import and not any(timed_during_import)
+
+
 def test_exhausted_space_stops_with_a_reason(tmp_path):
     """An elementwise op on 6 elements has a handful of distinct loop nests: no spinning to 64."""
     import tuner.search as S

@@ -241,6 +241,7 @@ class Tuner:
         # a hand-written KnobSpace, or the space generated from the tensor expression
         self.space = space if space is not None else GeneratedSpace(spec.tensors())
         self.mutation_rng = random.Random(self.config.seed)  # mutants (the asking thread, one at a time)
+        self._importing = None    # the background import of xgboost, until the first timing
 
     # --------------------------------------------------------------- setup
     def _study(self, previous: list):
@@ -289,8 +290,11 @@ class Tuner:
     def _cost_model(self, previous: list):
         if not self.config.cost_model:
             return None
-        # xgboost (and scikit-learn under it) take seconds to import: do it while the first round runs
-        threading.Thread(target=_import_xgboost, daemon=True).start()
+        # xgboost (and scikit-learn under it) take seconds to import: do it while the first round
+        # compiles; ``run`` waits for it before the first kernel is timed (an import running beside
+        # a 2-thread kernel had the heuristic start, always measured first, at a fifth of its speed)
+        self._importing = threading.Thread(target=_import_xgboost, daemon=True)
+        self._importing.start()
         from cost_model import CostModel
         model = None
         if self.model_path is not None:
@@ -311,6 +315,17 @@ class Tuner:
         if feats:
             model.update(np.stack(feats), np.array(thr), [self.spec.key] * len(feats))
         return model
+
+    def _quiet_hook(self, nxt):
+        """What ``measure`` calls just before timing: finish the xgboost import, pause the next asks."""
+        importing, self._importing = self._importing, None
+
+        def hook():
+            if importing is not None:
+                importing.join()
+            if nxt is not None:
+                nxt.pause()
+        return hook
 
     def _best_replayable(self, records: list):
         """The fastest successful record whose trace replays on this run's tensors (see :func:`logs.replay`)."""
@@ -429,7 +444,7 @@ class Tuner:
                         nxt = _Asker(self, study, st, *self._n_ask(min(cfg.batch_size, left), model))
                         nxt.start()
                     results = measurer.measure([c.func for c in picked],
-                                               before_timing=nxt.pause if nxt is not None else None)
+                                               before_timing=self._quiet_hook(nxt))
                     if nxt is not None:
                         # All of the next round's asks are made before this round's results
                         # are told, so the sampler sees the same history whatever the timing.

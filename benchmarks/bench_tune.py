@@ -1,6 +1,7 @@
 """Tuning benchmark: 64 trials per workload, tuned kernel vs numpy side by side.
 
     python benchmarks/bench_tune.py [--trials 64] [--only matmul512,matmul1024,dense,conv2d] [--threads 1,2]
+                                    [--seed 0] [--keep-logs DIR]
 
 Each run starts from an empty log and an untrained cost model (no resume, no
 transfer), exactly like a first `tensortune tune`.  Reports the tuned/numpy
@@ -10,6 +11,8 @@ of the final best (trials and seconds) and measured candidates per second.
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import sys
 import tempfile
 
@@ -32,6 +35,7 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default=",".join(WORKLOADS))
     ap.add_argument("--threads", default="2")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--keep-logs", metavar="DIR", help="copy each run's tuning log into DIR")
     args = ap.parse_args(argv)
     rows = []
     for key in args.only.split(","):
@@ -44,6 +48,10 @@ def main(argv=None) -> int:
                 cfg.measure.threads = threads
                 res = Tuner(spec, cfg, log=log).run()
                 tuned, ref, default = compare_with_numpy(spec, res.best.trace, threads)
+                if args.keep_logs:
+                    os.makedirs(args.keep_logs, exist_ok=True)
+                    shutil.copy(f"{tmp}/log.jsonl", os.path.join(
+                        args.keep_logs, f"{key}-{threads}threads-seed{args.seed}.jsonl"))
             t90 = res.time_to_fraction(0.9)
             row = dict(workload=spec.label, threads=threads, ratio=ref / tuned, target_ratio=target_ratio,
                        gflops=spec.flops / tuned / 1e9, numpy_gflops=spec.flops / ref / 1e9,

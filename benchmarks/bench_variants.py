@@ -1,0 +1,83 @@
+"""Schedules of one workload's generated space, side by side with numpy.
+
+    python benchmarks/bench_variants.py matmul M=1024 N=1024 K=1024 --threads 1,2 \\
+        --variant '{}' --variant '{"C.pack_in_task": false, "C.outer": 1}'
+
+Each ``--variant`` is a JSON object of decisions laid over the space's heuristic
+start (``{}`` is the heuristic start itself); every kernel is checked against
+the workload's reference first.  All variants and numpy are timed alternately in
+this process (:func:`tuner.compare.side_by_side`), so the ratios are comparable
+within a run even on a noisy machine.  ``--repeat N`` runs the whole comparison
+N times, to show how far the ratios move from one run to the next.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+
+import numpy as np
+
+from schedules.space import FixedDecisions, GeneratedSpace
+from tuner.cli import _threadpool
+from tuner.compare import side_by_side
+from tuner.measure import MeasureConfig
+from tuner.spec import WorkloadSpec
+from tuner.worker import check_outputs
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("workload")
+    ap.add_argument("params", nargs="*", help="NAME=VALUE")
+    ap.add_argument("--variant", action="append", default=[], help="JSON decisions over the heuristic start")
+    ap.add_argument("--threads", default="2")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--repeat", type=int, default=1)
+    args = ap.parse_args(argv)
+    spec = WorkloadSpec.parse(args.workload, args.params)
+    space = GeneratedSpace(spec.tensors())
+    inputs = spec.inputs(0)
+    want = spec.reference(inputs)
+    cfg = MeasureConfig()
+    kernels = {}
+    for text in args.variant or ["{}"]:
+        decisions = {**space.default_decisions(), **json.loads(text)}
+        kernel = space.apply(FixedDecisions(decisions)).build()
+        outs = [np.empty(t.shape, t.dtype) for t in spec.output_tensors()]
+        kernel(*inputs, *outs)
+        problem = check_outputs([t.name for t in spec.output_tensors()], outs, want, cfg.rtol, cfg.atol,
+                                spec.reduction_length)
+        if problem:
+            sys.exit(f"variant {text}: wrong result ({problem})")
+        kernels[text] = (kernel, outs)
+    impl = spec.numpy_impl()
+    for threads in map(int, args.threads.split(",")):
+        ratios = {text: [] for text in kernels}
+        for _ in range(args.repeat):
+            fns = {}
+            for text, (kernel, outs) in kernels.items():
+                kernel.threads = threads
+                fns[text] = kernel.bind(*inputs, *outs)
+            if impl is not None:
+                fns["numpy"] = lambda: impl(inputs)
+            with _threadpool(threads):
+                t = side_by_side(fns, rounds=args.rounds)
+            ref = t["numpy"]["median"] if impl is not None else None
+            for text in kernels:
+                gf = spec.flops / t[text]["median"] / 1e9
+                ratios[text].append(ref / t[text]["median"] if ref else gf)
+                print(f"threads={threads} {text}: {gf:.1f} GFLOP/s" +
+                      (f", {ref / t[text]['median']:.2f}x numpy ({spec.flops / ref / 1e9:.1f})" if ref else ""),
+                      flush=True)
+        if args.repeat > 1:
+            what = "x numpy" if impl is not None else " GFLOP/s"
+            for text, v in ratios.items():
+                print(f"threads={threads} {text}: median {statistics.median(v):.2f}{what} over {len(v)} runs "
+                      f"[{min(v):.2f}-{max(v):.2f}]")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

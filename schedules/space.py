@@ -245,13 +245,15 @@ class GeneratedSpace:
         return s
 
     # ---------------------------------------------------------------- rules
-    def _elementwise(self, s: Schedule, src, name: str, keep_outer: bool) -> Schedule:
+    def _elementwise(self, s: Schedule, src, name: str, keep_outer: bool, parallel: bool = True) -> Schedule:
+        """Vectorize the last loop; fuse the others unless ``keep_outer``; parallelize the outermost
+        if ``parallel`` (off for a stage computed inside a parallel loop) and the decision says so."""
         st = s.state.stage(name)
         loops = s.loops(name)
         last = loops[-1]
         n = s.extent(last)
         if len(loops) == 1 and keep_outer:
-            return s.parallel(last) if src.choose(f"{name}.parallel", [True, False]) else s
+            return s.parallel(last) if parallel and src.choose(f"{name}.parallel", [True, False]) else s
         v = src.choose(f"{name}.vector", self.vector_choices(n, st.dtype))
         if v > 1:
             s = s.split(last, factor=v)
@@ -263,7 +265,7 @@ class GeneratedSpace:
             while len(outer) > 1:
                 s = s.fuse(outer[0], outer[1])
                 outer = s.loops(name)[:len(outer) - 1]
-        if src.choose(f"{name}.parallel", [True, False]):
+        if parallel and src.choose(f"{name}.parallel", [True, False]):
             s = s.parallel(outer[0])
         return s
 
@@ -359,12 +361,7 @@ class GeneratedSpace:
         if src.choose(f"{name}.parallel", [True, False]):
             s = s.parallel(task)
         for p in packs:
-            s = s.compute_at(p, task)
-            last = s.loops(p)[-1]
-            v = src.choose(f"{p}.vector", self.vector_choices(s.extent(last), s.state.stage(p).dtype))
-            if v > 1:
-                s = s.split(last, factor=v)
-                s = s.vectorize(s.loops(p)[-1])
+            s = self._elementwise(s.compute_at(p, task), src, p, keep_outer=True, parallel=False)
         return s
 
     @staticmethod

@@ -82,17 +82,21 @@ def retimed_ratios(spec: WorkloadSpec, records: list, points: list, finalists=(1
     from schedules import Schedule
     from tensorir.build import build
     from tuner.compare import side_by_side
+    from tuner.search import estimates
     measured = [r for r in records if not r.confirmed and r.error_kind not in ("schedule", "lower")]
     key = lambda r: json.dumps(r.decisions, sort_keys=True)   # noqa: E731
+    trial_at = [i for i, r in enumerate(measured) if not r.remeasured]     # repeats are not trials
     tops = {}
     for n in points:       # a run that stopped early: its final best stands for the checkpoints it missed
-        distinct = {}
-        for r in sorted((r for r in measured[:n] if r.ok and r.gflops), key=lambda r: -r.gflops):
-            distinct.setdefault(key(r), r)
-            if len(distinct) == max(finalists):
-                break
-        if distinct:
-            tops[n] = list(distinct.values())
+        # the tuner's ranking after n trials: each schedule by the median of its measurements so far
+        upto = measured[:trial_at[min(n, len(trial_at)) - 1] + 1] if trial_at else []
+        est = estimates([r for r in upto if r.ok and r.gflops])
+        first = {}
+        for r in upto:
+            first.setdefault(key(r), r)
+        ranked = sorted(est, key=lambda k: -est[k][1])[:max(finalists)]
+        if ranked:
+            tops[n] = [first[k] for k in ranked]
     inputs = spec.inputs(0)
     fns, names = {}, {}
     for top in tops.values():
@@ -135,18 +139,17 @@ def trained(X, y) -> CostModel:
 
 def model_accuracy(spec: WorkloadSpec, records: list, splits: int = 5, k: int = 10, transfer_log=None) -> dict:
     space = GeneratedSpace(spec.tensors())
-    seen, X, y = set(), [], []
-    for r in records:
-        key = json.dumps(r.decisions, sort_keys=True)
-        if key in seen or not r.decisions:
+    from tuner.search import estimates
+    X, y = [], []
+    for decisions, gflops in estimates(records).values():    # each schedule once, at its median
+        if not decisions:
             continue
-        seen.add(key)
         try:
-            func = space.apply(FixedDecisions(r.decisions, strict=True)).lower()
+            func = space.apply(FixedDecisions(decisions, strict=True)).lower()
         except Exception:  # noqa: BLE001 - a record the current space cannot rebuild
             continue
         X.append(extract_features(func))
-        y.append(r.gflops if r.ok and r.gflops else 0.0)
+        y.append(gflops)
     X, y = np.stack(X), np.array(y)
     rng = np.random.default_rng(0)
     acc, rec, tacc, trec = [], [], [], []
@@ -187,6 +190,8 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="matmul1024,conv2d")
     ap.add_argument("--out", default="benchmarks/search_results.json")
     ap.add_argument("--with-heuristic", action="store_true")
+    ap.add_argument("--remeasure", type=int, default=TuneConfig.remeasure,
+                    help="measurements of each of the run's fastest schedules (1: no repeats)")
     ap.add_argument("--keep-logs", metavar="DIR", help="copy each run's tuning log into DIR")
     ap.add_argument("--strategies", default=",".join(STRATEGIES),
                     help="comma-separated subset of: " + ", ".join(STRATEGIES))
@@ -196,7 +201,8 @@ def main(argv=None) -> int:
     if unknown:
         ap.error(f"unknown strategy {unknown[0]!r}; choose from: {', '.join(STRATEGIES)}")
     seeds = [int(s) for s in args.seeds.split(",")]
-    out = {"trials": args.trials, "seeds": seeds, "heuristic_first_trial": args.with_heuristic, "runs": [],
+    out = {"trials": args.trials, "seeds": seeds, "heuristic_first_trial": args.with_heuristic,
+           "remeasure": args.remeasure, "runs": [],
            "model": {}}
     points = [c for c in CHECKPOINTS if c <= args.trials]
     keep = tempfile.TemporaryDirectory()
@@ -216,7 +222,7 @@ def main(argv=None) -> int:
                         shutil.copy(transfer_log, f"{tmp}/log.jsonl")
                     log = TuningLog(f"{tmp}/log.jsonl")
                     cfg = TuneConfig(trials=args.trials, sampler=sampler, cost_model=cm, seed=seed,
-                                     seed_heuristic=args.with_heuristic, **extra)
+                                     seed_heuristic=args.with_heuristic, remeasure=args.remeasure, **extra)
                     res = Tuner(spec, cfg, log=log).run()
                     own = [r for r in log.records() if r.workload_key == spec.key]
                     if args.keep_logs:
@@ -229,7 +235,8 @@ def main(argv=None) -> int:
                        "measured": res.trials, "stop_reason": res.stop_reason,
                        "best_after": {n: best_after(res.history, n) for n in points},
                        "retimed_ratio": ratios[1], "retimed_ratio_top4": ratios[4],
-                       "errors": dict(res.errors), "invalid": res.invalid, "asked": res.asked}
+                       "errors": dict(res.errors), "invalid": res.invalid, "asked": res.asked,
+                       "remeasured": res.remeasured}
                 out["runs"].append(run)
                 print(json.dumps(run), flush=True)
                 with open(args.out, "w") as f:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import os
 import warnings
 from dataclasses import asdict, dataclass, fields
@@ -248,6 +249,17 @@ class CostModel:
             self.fit()
             return True
         return False
+
+    def relabel(self, row: int, throughput: float) -> None:
+        """Replace the throughput of stored sample ``row`` (its ``n_samples`` index when added).
+
+        The tuner measures its fastest schedules again and keeps their median:
+        the model then learns that estimate instead of the first measurement.
+        Takes effect at the next retraining.
+        """
+        if not 0 <= row < self.n_samples:
+            raise IndexError(f"relabel: no sample {row} (the model holds {self.n_samples})")
+        self._y[row] = throughput if math.isfinite(throughput) and throughput > 0 else 0.0
 
     def pretrain(self, features, throughputs, groups) -> None:
         """Train on measurements of other workloads (transfer from earlier logs).

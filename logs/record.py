@@ -224,6 +224,12 @@ class TuningRecord:
         and the single fastest of many measurements is often a lucky one).
         Lookups rank confirmed measurements before the others
         (:attr:`rank_key`).  Optional in the JSON line (default false).
+    remeasured : bool
+        True for a repeated measurement taken while tuning: a schedule that
+        measured among the run's fastest is measured again in later rounds,
+        and the median of its measurements ranks it (one lucky measurement
+        must not steer the search).  Not a new trial.  Optional in the JSON
+        line (default false).
     """
 
     version: int = FORMAT_VERSION
@@ -242,6 +248,7 @@ class TuningRecord:
     tensortune_version: str = field(default_factory=installed_version)
     flops: int | None = None
     confirmed: bool = False
+    remeasured: bool = False
 
     def __post_init__(self) -> None:
         if not _is_int(self.version) or self.version < 1:
@@ -278,8 +285,9 @@ class TuningRecord:
             raise _fail("tensortune_version", "a string", self.tensortune_version)
         if self.flops is not None and (not _is_int(self.flops) or self.flops < 0):
             raise _fail("flops", "a non-negative integer or null", self.flops)
-        if not isinstance(self.confirmed, bool):
-            raise _fail("confirmed", "true or false", self.confirmed)
+        for name in ("confirmed", "remeasured"):
+            if not isinstance(getattr(self, name), bool):
+                raise _fail(name, "true or false", getattr(self, name))
 
     def _check_timestamp(self) -> None:
         if not isinstance(self.timestamp, str):

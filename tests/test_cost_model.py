@@ -411,6 +411,27 @@ def test_pretrained_model_retrains_on_its_own_first_samples():
     assert model.update(X[251:259], y[251:259], ["new"] * 8) is True
 
 
+def test_relabel_changes_what_the_next_training_learns(ranking_data):
+    X, y, g = ranking_data
+    mask = g == g[0]
+    X, y = X[mask][:120], y[mask][:120]
+    model = CostModel(CostModelConfig(num_boost_round=30))
+    model.update(X, y, ["w"] * len(y))
+    before = model.predict(X)
+    top = int(np.argmax(y))
+    assert before[top] >= np.sort(before)[-10], "the fastest sample ranks near the top before relabeling"
+    model.relabel(top, 0.0)        # its re-measurements said it was slow after all
+    model.relabel(3, float("nan"))  # (non-finite: treated as a failure, like update does)
+    assert model._y[top] == 0.0 and model._y[3] == 0.0
+    assert (model.predict(X) == before).all(), "relabeling takes effect at the next training"
+    model.fit()
+    after = model.predict(X)
+    rank = lambda scores: int((scores > scores[top]).sum())   # noqa: E731 - 0 is the top
+    assert rank(after) > rank(before) + 5, "retrained, it ranks the relabeled sample lower"
+    with pytest.raises(IndexError, match="no sample 120"):
+        model.relabel(120, 1.0)
+
+
 def test_pretrain_transfers_and_caps(ranking_data):
     X, y, g = ranking_data
     first, second = g == g[0], g != g[0]

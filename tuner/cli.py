@@ -185,6 +185,7 @@ def cmd_tune(args) -> int:
     out = {"workload": spec.name, "params": spec.params, "trials": result.trials, "resumed": result.resumed,
            "best_gflops": None, "best_latency_s": None, "default_gflops": None, "numpy_gflops": None,
            "errors": dict(result.errors), "invalid": result.invalid, "asked": result.asked,
+           "remeasured": result.remeasured,
            "tune_seconds": round(result.tune_seconds, 3), "log": log.path, "stop_reason": result.stop_reason}
     t90 = result.time_to_fraction(0.9)
     out["time_to_90pct"] = {"trials": t90[0], "seconds": round(t90[1], 3)} if t90 else None
@@ -205,6 +206,7 @@ def cmd_tune(args) -> int:
     print(f"workload      {spec.label}  ({spec.flops / 1e9:.3f} GFLOP, threads={threads})")
     print(f"trials        {result.trials} measured in {result.tune_seconds:.1f} s "
           f"({result.invalid} invalid of {result.asked} asked; errors: {dict(result.errors) or 'none'})"
+          + (f"; {result.remeasured} repeat measurements of the fastest" if result.remeasured else "")
           + (f"; {result.resumed} earlier records resumed" if result.resumed else ""))
     if result.stop_reason:
         print(f"stopped early: {result.stop_reason}")

@@ -28,6 +28,18 @@ Each round measures ``batch_size`` candidates:
    unmeasured mutants were never trials and are dropped;
 4. every candidate is appended to the tuning log, and the cost model is updated.
 
+**Estimates, not single measurements, rank schedules.**  On a shared machine
+one measurement of a kernel is noisy (matmul 1024 here: 14% coefficient of
+variation over a few minutes, one in twenty measurements 20% off the median),
+so the fastest of many single measurements is mostly the luckiest.  The run's
+``remeasure_top`` fastest schedules are therefore measured again in later
+rounds (their objects are cached: no recompilation), next to the round's new
+candidates, until each has ``remeasure`` measurements; a schedule's estimate
+is the median of its measurements.  Mutation parents, finalists, the progress
+figure and the cost model's labels use the estimate; Optuna keeps the first
+measurement of each trial (a finished trial cannot be re-told).  The repeats
+are logged as ``remeasured`` records and are not trials.
+
 At the end, the ``finalists`` fastest schedules (with the log's best from an
 earlier run) are re-timed side by side in ``final_rounds`` interleaved rounds
 and logged as *confirmed* measurements, which lookups rank first: on a shared
@@ -39,6 +51,7 @@ from __future__ import annotations
 
 import json
 import random
+import statistics
 import threading
 import time
 from collections import Counter
@@ -79,6 +92,8 @@ class TuneConfig:
     # trials on conv2d).
     model_warmup: int = 24
     finalists: int = 4               # fastest schedules re-timed side by side at the end (0: off)
+    remeasure_top: int = 4           # the run's fastest schedules (by estimate) are measured again ...
+    remeasure: int = 3               # ... until each has this many measurements (1: off)
     final_rounds: int = 3            # interleaved rounds of that re-timing
     threads: int | None = None       # kernel threads (None: all cores)
     # 3 repeats of >= 25 ms rank candidates reliably; reported figures are re-timed side by side
@@ -111,6 +126,7 @@ class TuneResult:
     stop_reason: str | None = None   # why fewer than the requested trials were measured
     mutants: int = 0                 # measured mutants (model picks, or stand-ins for repeated asks)
     finalists: list = field(default_factory=list)  # (GFLOP/s while tuning, confirmed GFLOP/s), final order
+    remeasured: int = 0              # repeated measurements of the fastest schedules (not trials)
 
     @property
     def best_gflops(self) -> float:
@@ -224,6 +240,20 @@ def decision_key(decisions: dict) -> str:
     return json.dumps(decisions, sort_keys=True, default=str)
 
 
+def estimates(records: list) -> dict:
+    """{decision key: (decisions, GFLOP/s)} of the distinct schedules in ``records``, in order of first appearance.
+
+    A schedule measured several times (re-measured while tuning, confirmed at
+    the end) counts once, at the median of its successful measurements; one
+    that never succeeded at 0.
+    """
+    out: dict = {}
+    for rec in records:
+        ok = rec.gflops if rec.ok and rec.gflops else None
+        out.setdefault(decision_key(rec.decisions), (rec.decisions, []))[1].extend([ok] if ok else [])
+    return {k: (d, statistics.median(g) if g else 0.0) for k, (d, g) in out.items()}
+
+
 class Tuner:
     """Tune one workload.  ``progress(event: dict)`` is called after every round."""
 
@@ -279,13 +309,13 @@ class Tuner:
         return {k: src.choices[k].index(v) for k, v in src.decisions.items()}
 
     def _warm_start_study(self, study, previous: list) -> None:
-        for rec in previous:
+        for decisions, gflops in estimates(previous).values():
             try:
-                src = FixedDecisions(rec.decisions, strict=True)
+                src = FixedDecisions(decisions, strict=True)
                 self.space.apply(src)
             except (ScheduleError, ValueError):
                 continue  # recorded by an older space: the log still serves lookups
-            _add_trial(study, src.decisions, src.choices, rec.gflops if rec.ok and rec.gflops else 0.0)
+            _add_trial(study, src.decisions, src.choices, gflops)
 
     def _cost_model(self, previous: list):
         if not self.config.cost_model:
@@ -307,11 +337,11 @@ class Tuner:
             model = CostModel()
             pretrain_from_log(model, self.log, self.spec.key, self.target)
         feats, thr = [], []
-        for rec in previous[-512:]:
-            c = self._prepare(None, rec.decisions)
+        for decisions, gflops in list(estimates(previous).values())[-512:]:
+            c = self._prepare(None, decisions)
             if c.func is not None:
                 feats.append(c.features)
-                thr.append(rec.gflops if rec.ok and rec.gflops else 0.0)
+                thr.append(gflops)
         if feats:
             model.update(np.stack(feats), np.array(thr), [self.spec.key] * len(feats))
         return model
@@ -354,14 +384,16 @@ class Tuner:
             cand.features = extract_features(cand.func)
         return cand
 
-    def _record(self, cand: Candidate, res: MeasureResult, confirmed: bool = False) -> TuningRecord:
+    def _record(self, cand: Candidate, res: MeasureResult, confirmed: bool = False,
+                remeasured: bool = False) -> TuningRecord:
         trace = cand.schedule.to_json() if cand.schedule is not None else {"instructions": [], "decisions": {}}
         trace["decisions"] = dict(cand.decisions)
         return TuningRecord(workload_key=self.spec.key, workload_name=self.spec.name,
                             workload_params=dict(self.spec.params), target=self.target, trace=trace,
                             decisions=dict(cand.decisions), costs=tuple(res.costs), error_kind=res.error_kind,
                             error_msg=res.error_msg, compile_seconds=res.compile_seconds,
-                            run_seconds=res.run_seconds, flops=self.spec.flops, confirmed=confirmed)
+                            run_seconds=res.run_seconds, flops=self.spec.flops, confirmed=confirmed,
+                            remeasured=remeasured)
 
     def _confirm(self, measurer: Measurer, contenders: list, best):
         """Re-time ``contenders`` (fastest first) side by side; returns the confirmed records, fastest first."""
@@ -397,12 +429,13 @@ class Tuner:
         st = _RunState(seen={decision_key(r.decisions) for r in previous})
         for r in previous:
             if r.ok and r.gflops:
-                st.add_parent(r.gflops, r.decisions)
+                st.add_score(r.gflops, r.decisions)
         study = self._study(previous)
         model = self._cost_model(previous)
         best = self._best_replayable(previous)
         earlier_best = best
-        contenders = []    # (GFLOP/s, candidate): this run's fastest ``finalists`` measurements
+        cands = {}         # decision key -> this run's successfully measured candidates
+        rows = {}          # decision key -> its sample in the cost model
         finalists = []
         history = []
         measured = 0
@@ -443,13 +476,25 @@ class Tuner:
                     if left > 0:
                         nxt = _Asker(self, study, st, *self._n_ask(min(cfg.batch_size, left), model))
                         nxt.start()
-                    results = measurer.measure([c.func for c in picked],
+                    again = self._again(st, cands)
+                    results = measurer.measure([c.func for c in picked + again],
                                                before_timing=self._quiet_hook(nxt))
+                    results, again_results = results[:len(picked)], results[len(picked):]
                     if nxt is not None:
                         # All of the next round's asks are made before this round's results
                         # are told, so the sampler sees the same history whatever the timing.
                         ready, nxt = nxt.take(), None
-                    feats, thr = [], []
+                    for cand, res in zip(again, again_results):
+                        rec = self._record(cand, res, remeasured=True)
+                        if self.log is not None:
+                            self.log.append(rec)
+                        key = st.add_score(rec.gflops if rec.ok and rec.gflops else 0.0, cand.decisions)
+                        st.remeasured += 1
+                        if rec.ok and (best is None or rec.rank_key < best.rank_key):
+                            best = rec       # (what a lookup in the log would now pick)
+                        if model is not None and key in rows:
+                            model.relabel(rows[key], st.estimate(key))
+                    feats, thr, keys = [], [], []
                     for cand, res in zip(picked, results):
                         rec = self._record(cand, res)
                         if self.log is not None:
@@ -464,25 +509,26 @@ class Tuner:
                         if not rec.ok:
                             st.errors[rec.error_kind] += 1
                         else:
-                            st.add_parent(gf, cand.decisions)
-                            contenders = sorted(contenders + [(gf, cand)], key=lambda gc: -gc[0])[:cfg.finalists]
-                            if best is None or gf > (best.gflops or 0.0):
+                            cands[st.add_score(gf, cand.decisions)] = cand
+                            if best is None or rec.rank_key < best.rank_key:
                                 best = rec
                         measured += 1
-                        history.append((measured, time.perf_counter() - start, gf, best.gflops if best else 0.0))
+                        history.append((measured, time.perf_counter() - start, gf, st.best_estimate()))
                         feats.append(cand.features)
                         thr.append(gf)
+                        keys.append(decision_key(cand.decisions))
                     if model is not None and feats:
+                        rows.update((k, model.n_samples + i) for i, k in enumerate(keys))
                         model.update(np.stack(feats), np.array(thr), [self.spec.key] * len(feats))
-                    self.progress({"measured": measured, "trials": cfg.trials, "best_gflops": best.gflops if best
-                                   else 0.0, "errors": sum(st.errors.values()),
-                                   "elapsed": time.perf_counter() - start})
+                    self.progress({"measured": measured, "trials": cfg.trials, "best_gflops": st.best_estimate(),
+                                   "errors": sum(st.errors.values()), "elapsed": time.perf_counter() - start})
             finally:
                 ahead = (ready or []) + (nxt.take() if nxt is not None else [])
                 for cand in ahead:       # stopped early: withdraw what was asked ahead
                     if cand.trial is not None:
                         study.tell(cand.trial, state=fail)
             if cfg.finalists > 1:
+                contenders = [(st.estimate(k), cands[k]) for k in st.ranked(cands)[:cfg.finalists]]
                 tuned = {decision_key(c.decisions): g for g, c in contenders}
                 if earlier_best is not None:
                     tuned.setdefault(decision_key(earlier_best.decisions), earlier_best.gflops or 0.0)
@@ -501,7 +547,12 @@ class Tuner:
                 pass  # the model is a cache; the log holds the data
         return TuneResult(self.spec, best, measured, len(previous), st.errors, st.invalid, st.asked, history,
                           time.perf_counter() - start, str(self.log.path) if self.log is not None else None,
-                          stop_reason, st.mutants, finalists)
+                          stop_reason, st.mutants, finalists, st.remeasured)
+
+    def _again(self, st, cands: dict) -> list:
+        """This run's ``remeasure_top`` fastest schedules (by estimate) that have fewer than ``remeasure`` measurements."""
+        top = st.ranked(cands)[:self.config.remeasure_top]
+        return [cands[k] for k in top if len(st.scores[k][1]) < self.config.remeasure]
 
     def _ranks(self, model) -> bool:
         """Whether the model picks candidates this round (before that, the sampler's asks are measured)."""
@@ -543,13 +594,30 @@ class _RunState:
     invalid: int = 0
     asked: int = 0
     stale: int = 0                              # consecutive asks that brought nothing new
-    parents: list = field(default_factory=list)  # (gflops, decisions): the PARENTS fastest distinct schedules
+    scores: dict = field(default_factory=dict)  # decision key -> (decisions, [GFLOP/s of each measurement])
     mutants: int = 0                            # mutants measured
+    remeasured: int = 0                         # repeated measurements
 
-    def add_parent(self, gflops: float, decisions: dict) -> None:
-        if any(d == decisions for _, d in self.parents):
-            return                                # (a confirmed re-measurement of a parent)
-        self.parents = sorted(self.parents + [(gflops, decisions)], key=lambda p: -p[0])[:PARENTS]
+    def add_score(self, gflops: float, decisions: dict) -> str:
+        key = decision_key(decisions)
+        self.scores.setdefault(key, (dict(decisions), []))[1].append(gflops)
+        return key
+
+    def estimate(self, key: str) -> float:
+        """A schedule's GFLOP/s: the median of its measurements."""
+        return statistics.median(self.scores[key][1])
+
+    def ranked(self, keys=None) -> list:
+        """Decision keys (of ``keys``, default all), fastest estimate first."""
+        return sorted(self.scores if keys is None else keys, key=lambda k: -self.estimate(k))
+
+    def best_estimate(self) -> float:
+        return max((self.estimate(k) for k in self.scores), default=0.0)
+
+    @property
+    def parents(self) -> list:
+        """(GFLOP/s, decisions) of the ``PARENTS`` fastest schedules by estimate."""
+        return [(self.estimate(k), self.scores[k][0]) for k in self.ranked()[:PARENTS]]
 
 
 class _Asker:

@@ -30,7 +30,7 @@ Each round measures ``batch_size`` candidates:
 
 **Estimates, not single measurements, rank schedules.**  On a shared machine
 one measurement of a kernel is noisy (matmul 1024 here: 14% coefficient of
-variation over a few minutes, one in twenty measurements 20% off the median),
+variation over two minutes, one measurement in ten more than 20% off the median),
 so the fastest of many single measurements is mostly the luckiest.  The run's
 ``remeasure_top`` fastest schedules are therefore measured again in later
 rounds (their objects are cached: no recompilation), next to the round's new

@@ -155,6 +155,29 @@ def test_slow_kernel_gives_up_by_itself(m, spec):
     assert m._runner.alive   # not killed: the runner saw the repeats could not fit
 
 
+def test_screening_stops_a_candidate_far_slower_than_the_best(spec):
+    func = default_func(spec)
+    r = Var("r")
+
+    def repeated(n):
+        return with_body(func, For(r, n, ForKind.SERIAL, func.body))
+
+    with Measurer(spec, MeasureConfig(repeat=3, min_repeat_ms=5, timeout_s=10.0, screen=1.5)) as ms:
+        [probe] = ms.measure([repeated(100)], screen=False)
+        per_rep = min(probe.costs) / 100
+        fast, slow, very_slow = ms.measure([tiled(spec, 4, 16), repeated(max(1, round(0.15 / per_rep))),
+                                            repeated(max(1, round(4.0 / per_rep)))])
+        assert fast.ok and len(fast.costs) == 3
+        # 0.15 s a call: far slower than the best (microseconds) but its check and one repeat fit in 1 s
+        assert slow.ok and len(slow.costs) == 1, slow
+        # ~4 s a call: stopped at the 1 s floor instead of running out the 10 s timeout
+        assert very_slow.error_kind == "timeout" and "not a contender" in very_slow.error_msg, very_slow
+        assert very_slow.run_seconds < 4.0
+        # not screening (the final re-timing): every candidate gets the whole timeout
+        [unscreened] = ms.measure([repeated(max(1, round(0.8 / per_rep)))], screen=False)
+        assert unscreened.ok and len(unscreened.costs) == 3, unscreened
+
+
 def test_compile_error_and_memory_limit(m, spec):
     func = default_func(spec)
     C = out_buffer(func)

@@ -75,6 +75,11 @@ from .spec import WorkloadSpec, _one_line
 
 OBJECT_CACHE_SIZE = 256
 _GRACE_S = 0.5   # beyond the runner's own budget before it is killed
+# While screening, a candidate gets at most this many times the fastest median so far (and at least
+# _SLOW_FLOOR_S) for its whole run: a scalar loop nest of a large workload can take seconds a call
+# where the contenders take milliseconds, and it cannot become the best.
+_SLOW_FACTOR = 100
+_SLOW_FLOOR_S = 1.0
 
 
 @dataclass
@@ -122,7 +127,10 @@ class MeasureConfig:
         than the fastest candidate this measurer has timed stops after that
         repeat (its ``costs`` then hold that one entry): a clearly slow
         candidate needs no precise median, and tuning spends its time on the
-        contenders (1.5).  None times every candidate fully.
+        contenders (1.5).  While screening, a candidate whose whole run
+        (check, calibration, repeats) would last more than 100 times the
+        fastest median so far, and more than 1 s, is stopped there (or
+        killed) as a ``"timeout"``.  None times every candidate fully.
     """
     repeat: int = 5
     min_repeat_ms: float = 40.0
@@ -439,10 +447,10 @@ class Measurer:
                         results[i] = _fail("timeout", f"compilation took longer than timeout_s={cfg.timeout_s:g}",
                                            func, compile_seconds=cfg.timeout_s)
             if running is not None and now >= running[1]:
-                i, _, t_sent, compile_s = running
+                i, _, t_sent, compile_s, slow = running
                 self._runner.kill()
-                results[i] = _fail("timeout", f"the kernel did not finish within timeout_s={cfg.timeout_s:g} "
-                                   "and was killed", results[i], compile_seconds=compile_s,
+                results[i] = _fail("timeout", f"the kernel did not finish within {now - t_sent:.3g} s and was killed"
+                                   + self._not_a_contender(slow), results[i], compile_seconds=compile_s,
                                    run_seconds=now - t_sent)
                 running = None
 
@@ -476,13 +484,23 @@ class Measurer:
         budget = max(0.05, self.config.timeout_s - compile_s)
         screen = self.config.screen if self._screen else None
         cutoff = screen * self._best_s if screen is not None and math.isfinite(self._best_s) else None
+        slow = None       # the budget was cut to a multiple of the best so far
+        if cutoff is not None and max(_SLOW_FLOOR_S, _SLOW_FACTOR * self._best_s) < budget:
+            budget = slow = max(_SLOW_FLOOR_S, _SLOW_FACTOR * self._best_s)
         self._runner.send(("run", {"func": func, "object": obj, "uses_openmp": omp, "budget_s": budget,
                                    "cutoff_s": cutoff}))
         now = time.monotonic()
-        return (i, now + budget + _GRACE_S, now, compile_s)
+        return (i, now + budget + _GRACE_S, now, compile_s, slow)
+
+    def _not_a_contender(self, slow) -> str:
+        """What a timeout message adds when the budget was cut by screening."""
+        if slow is None:
+            return f" (timeout_s={self.config.timeout_s:g})"
+        return (f" (screening: a run may take {_SLOW_FACTOR}x the fastest call so far, {self._best_s * 1e3:.3g} ms, "
+                f"or {_SLOW_FLOOR_S:g} s; this candidate is not a contender)")
 
     def _finish_run(self, running, results: list) -> None:
-        i, _, t_sent, compile_s = running
+        i, _, t_sent, compile_s, slow = running
         func = results[i]
         try:
             _, reply = self._runner.recv(0)
@@ -498,8 +516,8 @@ class Measurer:
         compile_s += reply.get("link_seconds", 0.0)
         run_s = reply.get("run_seconds", time.monotonic() - t_sent)
         if reply.get("error_kind"):
-            results[i] = _fail(reply["error_kind"], reply["error_msg"], func, compile_seconds=compile_s,
-                               run_seconds=run_s)
+            msg = reply["error_msg"] + (self._not_a_contender(slow) if reply["error_kind"] == "timeout" else "")
+            results[i] = _fail(reply["error_kind"], msg, func, compile_seconds=compile_s, run_seconds=run_s)
         else:
             results[i] = MeasureResult(costs=list(reply["costs"]), compile_seconds=compile_s, run_seconds=run_s,
                                        func=func)

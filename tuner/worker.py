@@ -374,7 +374,7 @@ class _Runner:
                 return None
             return {"error_kind": "timeout",
                     "error_msg": f"one run takes {per_run:.3g} s; {cfg['repeat']} repeats of the measurement "
-                                 f"do not fit in timeout_s={cfg['timeout_s']:g} (spent {spent:.2f} s)"}
+                                 f"do not fit in its budget of {budget:.3g} s (spent {spent:.2f} s)"}
 
         per_run = first
         if cfg["flush_cache"]:
@@ -383,7 +383,8 @@ class _Runner:
             number = int(cfg["number"])
         else:
             number, per_run = self._calibrate(cfunc, args, first, cfg["min_repeat_ms"] / 1000.0)
-        too_long = out_of_time(cfg["repeat"] * number, per_run)
+        # a candidate already slower than the cutoff is timed once (see the loop below)
+        too_long = out_of_time((1 if cutoff is not None and per_run > cutoff else cfg["repeat"]) * number, per_run)
         if too_long:
             return too_long
         costs = []

@@ -168,8 +168,9 @@ def make_sampler(name: str, seed: int):
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "cmaes":
         return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
-    if name == "gp":
-        return optuna.samplers.GPSampler(seed=seed)
+    if name == "gp":      # Optuna's GPSampler needs PyTorch; this one uses scikit-learn
+        from .gp_sampler import GPSampler
+        return GPSampler(seed=seed)
     raise ValueError(f"unknown sampler {name!r}; choose one of {', '.join(SAMPLERS)}")
 
 

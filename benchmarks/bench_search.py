@@ -104,7 +104,7 @@ def retimed_ratios(spec: WorkloadSpec, records: list, points: list, finalists=(1
             if key(r) not in names:
                 names[key(r)] = f"s{len(names)}"
                 kernel = build(Schedule.from_json(spec.tensors(), r.trace).lower())
-                outs = [np.empty(t.shape, t.dtype) for t in spec.output_tensors()]
+                outs = spec.empty_outputs()
                 kernel(*inputs, *outs)
                 fns[names[key(r)]] = kernel.bind(*inputs, *outs)
     impl = spec.numpy_impl()

@@ -17,7 +17,6 @@ import json
 import statistics
 import sys
 
-import numpy as np
 
 from schedules.space import FixedDecisions, GeneratedSpace
 from tuner.cli import _threadpool
@@ -45,7 +44,7 @@ def main(argv=None) -> int:
     for text in args.variant or ["{}"]:
         decisions = {**space.default_decisions(), **json.loads(text)}
         kernel = space.apply(FixedDecisions(decisions)).build()
-        outs = [np.empty(t.shape, t.dtype) for t in spec.output_tensors()]
+        outs = spec.empty_outputs()
         kernel(*inputs, *outs)
         problem = check_outputs([t.name for t in spec.output_tensors()], outs, want, cfg.rtol, cfg.atol,
                                 spec.reduction_length)

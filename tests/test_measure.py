@@ -178,6 +178,25 @@ def test_screening_stops_a_candidate_far_slower_than_the_best(spec):
         assert unscreened.ok and len(unscreened.costs) == 3, unscreened
 
 
+def test_kernels_are_measured_and_compared_on_arrays_placed_like_numpys(spec):
+    """Every array a kernel is timed on starts 16 bytes past a page boundary (tuner.layout.placed)."""
+    import pickle
+
+    from tuner.layout import PAGE_OFFSET, placed
+    from tuner.worker import _Runner
+    a = np.arange(35, dtype=np.float32).reshape(5, 7)[:, ::2]     # not contiguous, starts anywhere
+    p = placed(a)
+    assert p.ctypes.data % 4096 == PAGE_OFFSET and p.flags.c_contiguous and np.array_equal(p, a)
+    arrays = spec.inputs(0) + spec.empty_outputs()
+    assert [x.ctypes.data % 4096 for x in arrays] == [PAGE_OFFSET] * 3
+    # the runner re-places what it unpickles (pickled arrays start wherever the message put them)
+    inputs = pickle.loads(pickle.dumps(spec.inputs(0)))
+    runner = _Runner({"config": {"flush_cache": False}, "inputs": inputs, "reference": spec.reference(inputs),
+                      "output_names": ["C"], "output_dtypes": ["float32"], "reduction_length": 64, "threads": 1})
+    assert [x.ctypes.data % 4096 for x in runner.arrays] == [PAGE_OFFSET] * 3
+    assert all(np.array_equal(x, y) for x, y in zip(runner.inputs, inputs))
+
+
 def test_compile_error_and_memory_limit(m, spec):
     func = default_func(spec)
     C = out_buffer(func)

@@ -75,9 +75,10 @@ def _threadpool(threads):
 
 
 def compare_with_numpy(spec, trace: dict, threads: int, rounds: int = 5):
-    """Seconds per call of the tuned kernel, numpy and the default schedule, timed in this process."""
-    import numpy as np
+    """Seconds per call of the tuned kernel, numpy and the default schedule, timed in this process.
 
+    The arrays are placed as the measurer places them (:func:`tuner.layout.placed`).
+    """
     from schedules import Schedule
     from tensorir.build import build
 
@@ -86,7 +87,7 @@ def compare_with_numpy(spec, trace: dict, threads: int, rounds: int = 5):
     from .worker import check_outputs
     tensors = spec.tensors()
     inputs = spec.inputs(0)
-    outs = [np.empty(t.shape, t.dtype) for t in spec.output_tensors()]
+    outs = spec.empty_outputs()
     tuned = build(Schedule.from_json(tensors, trace).lower())
     tuned.threads = threads
     tuned(*inputs, *outs)

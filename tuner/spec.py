@@ -26,6 +26,8 @@ import numpy as np
 from tensorir import registry
 from tensorir.te import Tensor
 
+from .layout import placed, placed_empty
+
 _module_ids = itertools.count()
 
 
@@ -324,9 +326,11 @@ class WorkloadSpec:
         """Reproducible random inputs, one array per placeholder.
 
         Floats are uniform in [-1, 1]; int32 inputs are uniform integers in [-8, 8).
+        Each array starts 16 bytes past a page boundary, as large numpy arrays do
+        (see :func:`placed`).
         """
         if self._workload is not None:
-            return self._workload.inputs(seed, **self.params)
+            return [placed(a) for a in self._workload.inputs(seed, **self.params)]
         rng = np.random.default_rng(seed)
         out = []
         for t in self.tensors():
@@ -335,7 +339,7 @@ class WorkloadSpec:
                     out.append(rng.integers(-8, 8, size=t.shape).astype(np.int32))
                 else:
                     out.append(rng.uniform(-1.0, 1.0, t.shape).astype(t.dtype))
-        return out
+        return [placed(a) for a in out]
 
     def reference(self, inputs) -> list:
         """The expected outputs for ``inputs``: numpy implementation (built-in) or the evaluator."""
@@ -358,3 +362,7 @@ class WorkloadSpec:
     def output_tensors(self) -> list:
         """The computed tensors of the workload list, in order."""
         return [t for t in self.tensors() if not t.is_placeholder]
+
+    def empty_outputs(self) -> list:
+        """Uninitialised output arrays, placed like the inputs (see :func:`placed`)."""
+        return [placed_empty(t.shape, t.dtype) for t in self.output_tensors()]

@@ -314,10 +314,11 @@ class _Runner:
         import numpy as np
         self.np = np
         self.cfg = init["config"]
-        self.inputs = [np.ascontiguousarray(a) for a in init["inputs"]]
+        from .layout import placed, placed_empty
+        self.inputs = [placed(a) for a in init["inputs"]]     # (unpickled arrays start anywhere)
         self.reference = [np.asarray(r) for r in init["reference"]]
         self.out_names = init["output_names"]
-        self.outputs = [np.empty(r.shape, dtype=d) for r, d in zip(self.reference, init["output_dtypes"])]
+        self.outputs = [placed_empty(r.shape, d) for r, d in zip(self.reference, init["output_dtypes"])]
         self.arrays = self.inputs + self.outputs
         self.ptrs = [ctypes.c_void_p(a.ctypes.data) for a in self.arrays]
         self.red_len = max(1, int(init["reduction_length"]))

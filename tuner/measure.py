@@ -49,6 +49,11 @@ How timings are protected from noise
   to the contenders.
   ``flush_cache=True`` instead times single calls, each after writing a
   buffer twice the size of the largest cache.
+- **Arrays placed as users' are.**  Inputs and outputs start 16 bytes past a
+  page boundary, like large numpy arrays (:func:`tuner.layout.placed`), in
+  the runner and in every side-by-side comparison: a kernel's speed depends
+  on where its arrays start (vector accesses split across cache lines, 4K
+  aliasing), and unpickled arrays start anywhere.
 - **What it cannot remove.**  Other processes on a shared machine.  Absolute
   numbers drift between runs and within one; the tuner therefore re-times
   its fastest few candidates together at the end (``measure(...,

@@ -85,7 +85,7 @@ def retimed_ratios(spec: WorkloadSpec, records: list, points: list, finalists=(1
     from tuner.search import estimates
     measured = [r for r in records if not r.confirmed and r.error_kind not in ("schedule", "lower")]
     key = lambda r: json.dumps(r.decisions, sort_keys=True)   # noqa: E731
-    trial_at = [i for i, r in enumerate(measured) if not r.remeasured]     # repeats are not trials
+    trial_at = [i for i, r in enumerate(measured) if not r.remeasured and r.decisions]   # repeats and the default are not trials
     tops = {}
     for n in points:       # a run that stopped early: its final best stands for the checkpoints it missed
         # the tuner's ranking after n trials: each schedule by the median of its measurements so far

@@ -225,7 +225,7 @@ def test_a_sampler_that_repeats_itself_does_not_end_the_run(tmp_path, monkeypatc
     res = Tuner(spec, small_config(20, cost_model=False, seed_heuristic=False, finalists=0), log=log).run()
     assert res.stop_reason is None and res.trials == 20
     assert res.mutants == 19, "one measured ask, then mutants in the repeats' place"
-    recs = [r for r in log.records() if not r.confirmed and not r.remeasured]
+    recs = [r for r in log.records() if not r.confirmed and not r.remeasured and r.decisions]  # (not the default)
     assert len({json.dumps(r.decisions, sort_keys=True) for r in recs}) == len(recs) == 20
 
 
@@ -587,7 +587,9 @@ def test_asks_prepared_ahead_pause_while_kernels_are_timed(tmp_path, monkeypatch
     assert state["threaded"] > 0, "later rounds' asks should be prepared in the background"
     assert state["overlaps"] == 0
     recs = TuningLog(tmp_path / "l").records()
-    assert len(recs) == res.trials + res.invalid + res.remeasured + len(res.finalists)
+    default = [r for r in recs if not r.decisions and not r.remeasured and not r.confirmed]
+    assert len(default) == 1 and not default[0].trace["instructions"]   # the default schedule, a contender
+    assert len(recs) == res.trials + res.invalid + res.remeasured + len(res.finalists) + 1
 
 
 def test_seeded_search_is_reproducible_with_asks_prepared_ahead(tmp_path, monkeypatch):
@@ -638,7 +640,7 @@ def test_model_picked_mutants_are_measured_told_to_the_study_and_replay(tmp_path
     assert res.trials == 24 and 0 < res.mutants < 24
     done = [t for t in studies[0].trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert len(done) == res.trials + res.invalid, "every measurement, mutant or ask, is a completed trial"
-    recs = [r for r in log.records() if r.ok and not r.confirmed and not r.remeasured]
+    recs = [r for r in log.records() if r.ok and not r.confirmed and not r.remeasured and r.decisions]
     assert len({json.dumps(r.decisions, sort_keys=True) for r in recs}) == len(recs) == 24
     space = Tuner(spec, small_config(1)).space
     for r in recs:     # every logged decision vector (mutants included) replays exactly
@@ -707,7 +709,7 @@ def test_fastest_schedules_are_measured_again_and_ranked_by_median(tmp_path, mon
     res = Tuner(spec, small_config(24, cost_model=False, seed_heuristic=False, remeasure=remeasure), log=log).run()
     recs = log.records()
     key = lambda r: json.dumps(r.decisions, sort_keys=True)     # noqa: E731
-    trials = [r for r in recs if r.ok and not r.confirmed and not r.remeasured]
+    trials = [r for r in recs if r.ok and not r.confirmed and not r.remeasured and r.decisions]
     again = [r for r in recs if r.remeasured]
     assert res.trials == len(trials) == 24 and res.remeasured == len(again)
     last_round = {key(r) for r in trials[-4:]}
@@ -755,3 +757,43 @@ def test_fastest_schedules_are_confirmed_side_by_side_at_the_end(tmp_path, monke
     calls.clear()
     Tuner(spec, small_config(4, finalists=2, final_rounds=1, seed=1), log=log).run()
     assert (3, False) in calls
+
+
+@pytest.mark.parametrize("default_wins", [True, False])
+def test_default_schedule_is_a_contender_never_a_trial(tmp_path, monkeypatch, default_wins):
+    """The default schedule is measured once beside round 1: it wins where nothing tuned beats it;
+    when screening stops it (far slower), nothing of it is logged."""
+    from tuner.measure import MeasureResult, Measurer
+    spec = WorkloadSpec.parse("matmul", ["M=40", "N=24", "K=16"])
+    default_func = Schedule(spec.tensors()).lower()
+    seen = []
+
+    def fake_measure(self, candidates, before_timing=None, screen=True):
+        seen.extend(f for f in candidates if f == default_func)
+        if default_wins:
+            return [MeasureResult(costs=[1e-6 if f == default_func else 2e-6] * 3, func=f) for f in candidates]
+        return [MeasureResult(error_kind="timeout", error_msg="not a contender", func=f) if f == default_func
+                else MeasureResult(costs=[2e-6] * 3, func=f) for f in candidates]
+
+    monkeypatch.setattr(Measurer, "measure", fake_measure)
+    log = TuningLog(tmp_path / "l")
+    res = Tuner(spec, small_config(8, finalists=3, final_rounds=1), log=log).run()
+    assert res.trials == 8 and not res.errors
+    default = [r for r in log.records() if not r.decisions]
+    if not default_wins:
+        assert len(seen) == 1 and default == [] and res.best.decisions
+        return
+    assert [r.remeasured or r.confirmed for r in default][0] is False    # first: its own measurement
+    assert res.best.decisions == {} and res.best.confirmed and res.best.trace["instructions"] == []
+    monkeypatch.undo()
+    kernel = build(spec.tensors(), log=tmp_path / "l")              # builds use the default schedule
+    a, b = spec.inputs(0)
+    c = np.empty((40, 24), np.float32)
+    kernel(a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+    # a resumed run does not measure it again as a new record
+    monkeypatch.setattr(Measurer, "measure", fake_measure)
+    n_default = len(default)
+    Tuner(spec, small_config(4, finalists=0, remeasure=1, seed=1), log=log).run()
+    assert len([r for r in log.records() if not r.decisions and not r.remeasured and not r.confirmed]) == 1
+    assert len([r for r in log.records() if not r.decisions]) == n_default

@@ -227,6 +227,8 @@ def cmd_tune(args) -> int:
     if t90:
         print(f"90% of best   after {t90[0]} trials, {t90[1]:.1f} s")
     print(f"log           {log.path}")
+    if not result.best.decisions:
+        print("note          no tuned schedule beat the default loop nest (compiled with LLVM -O3); builds use it")
     print("best schedule:")
     print("    " + sch.to_python().replace("\n", "\n    "))
     if args.json:

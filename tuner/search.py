@@ -338,7 +338,7 @@ class Tuner:
             model = CostModel()
             pretrain_from_log(model, self.log, self.spec.key, self.target)
         feats, thr = [], []
-        for decisions, gflops in list(estimates(previous).values())[-512:]:
+        for decisions, gflops in [e for e in estimates(previous).values() if e[0]][-512:]:   # (not the default)
             c = self._prepare(None, decisions)
             if c.func is not None:
                 feats.append(c.features)
@@ -384,6 +384,15 @@ class Tuner:
         if cand.func is not None:
             cand.features = extract_features(cand.func)
         return cand
+
+    def _default_candidate(self) -> Candidate | None:
+        """The default schedule as a candidate (decisions ``{}``), or None if it does not lower."""
+        from schedules import Schedule
+        try:
+            schedule = Schedule(self.spec.tensors())
+            return Candidate(None, {}, schedule=schedule, func=schedule.lower())
+        except Exception:  # noqa: BLE001 - the search goes on without it
+            return None
 
     def _record(self, cand: Candidate, res: MeasureResult, confirmed: bool = False,
                 remeasured: bool = False) -> TuningRecord:
@@ -435,6 +444,12 @@ class Tuner:
         model = self._cost_model(previous)
         best = self._best_replayable(previous)
         earlier_best = best
+        # The default schedule (the loop nest as written; scalar code gets LLVM's -O3 and its
+        # auto-vectorizer) is measured once, beside the first round, as a contender that is not a
+        # trial: a tuned result is never slower than the default (an int32 matrix-vector product's
+        # generated space stayed at 0.8x of it).  When it is far slower, screening stops it and it
+        # is forgotten.
+        baseline = self._default_candidate() if decision_key({}) not in st.seen else None
         cands = {}         # decision key -> this run's successfully measured candidates
         rows = {}          # decision key -> its sample in the cost model
         finalists = []
@@ -478,6 +493,8 @@ class Tuner:
                         nxt = _Asker(self, study, st, *self._n_ask(min(cfg.batch_size, left), model))
                         nxt.start()
                     again = self._again(st, cands)
+                    if baseline is not None:        # once, after the round's first (the heuristic start)
+                        again, baseline = again + [baseline], None
                     results = measurer.measure([c.func for c in picked + again],
                                                before_timing=self._quiet_hook(nxt))
                     results, again_results = results[:len(picked)], results[len(picked):]
@@ -486,11 +503,19 @@ class Tuner:
                         # are told, so the sampler sees the same history whatever the timing.
                         ready, nxt = nxt.take(), None
                     for cand, res in zip(again, again_results):
-                        rec = self._record(cand, res, remeasured=True)
+                        key = decision_key(cand.decisions)
+                        first = key not in st.scores      # the default schedule's first measurement
+                        if first and not res.ok:
+                            continue    # far slower than the contenders (screened): not a candidate
+                        rec = self._record(cand, res, remeasured=not first)
                         if self.log is not None:
                             self.log.append(rec)
-                        key = st.add_score(rec.gflops if rec.ok and rec.gflops else 0.0, cand.decisions)
-                        st.remeasured += 1
+                        if first:
+                            cands[key] = cand
+                            st.seen.add(key)
+                        else:
+                            st.remeasured += 1
+                        st.add_score(rec.gflops if rec.ok and rec.gflops else 0.0, cand.decisions)
                         if rec.ok and (best is None or rec.rank_key < best.rank_key):
                             best = rec       # (what a lookup in the log would now pick)
                         if model is not None and key in rows:
@@ -617,8 +642,8 @@ class _RunState:
 
     @property
     def parents(self) -> list:
-        """(GFLOP/s, decisions) of the ``PARENTS`` fastest schedules by estimate."""
-        return [(self.estimate(k), self.scores[k][0]) for k in self.ranked()[:PARENTS]]
+        """(GFLOP/s, decisions) of the ``PARENTS`` fastest schedules by estimate (not the default schedule)."""
+        return [(self.estimate(k), self.scores[k][0]) for k in self.ranked() if self.scores[k][0]][:PARENTS]
 
 
 class _Asker:

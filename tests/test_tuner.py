@@ -761,7 +761,7 @@ def test_fastest_schedules_are_confirmed_side_by_side_at_the_end(tmp_path, monke
 
 @pytest.mark.parametrize("default_wins", [True, False])
 def test_default_schedule_is_a_contender_never_a_trial(tmp_path, monkeypatch, default_wins):
-    """The default schedule is measured once beside round 1: it wins where nothing tuned beats it;
+    """The default schedule is measured once beside round 2: it wins where nothing tuned beats it;
     when screening stops it (far slower), nothing of it is logged."""
     from tuner.measure import MeasureResult, Measurer
     spec = WorkloadSpec.parse("matmul", ["M=40", "N=24", "K=16"])

@@ -445,7 +445,7 @@ class Tuner:
         best = self._best_replayable(previous)
         earlier_best = best
         # The default schedule (the loop nest as written; scalar code gets LLVM's -O3 and its
-        # auto-vectorizer) is measured once, beside the first round, as a contender that is not a
+        # auto-vectorizer) is measured once, beside the second round, as a contender that is not a
         # trial: a tuned result is never slower than the default (an int32 matrix-vector product's
         # generated space stayed at 0.8x of it).  When it is far slower, screening stops it and it
         # is forgotten.
@@ -493,7 +493,8 @@ class Tuner:
                         nxt = _Asker(self, study, st, *self._n_ask(min(cfg.batch_size, left), model))
                         nxt.start()
                     again = self._again(st, cands)
-                    if baseline is not None:        # once, after the round's first (the heuristic start)
+                    # once, when a time to screen it against exists (or in a run's only round)
+                    if baseline is not None and (cands or measured + len(picked) >= cfg.trials):
                         again, baseline = again + [baseline], None
                     results = measurer.measure([c.func for c in picked + again],
                                                before_timing=self._quiet_hook(nxt))

@@ -245,9 +245,12 @@ class GeneratedSpace:
         return s
 
     # ---------------------------------------------------------------- rules
-    def _elementwise(self, s: Schedule, src, name: str, keep_outer: bool, parallel: bool = True) -> Schedule:
+    def _elementwise(self, s: Schedule, src, name: str, keep_outer: bool, parallel: bool = True,
+                     chunks_first: bool = False) -> Schedule:
         """Vectorize the last loop; fuse the others unless ``keep_outer``; parallelize the outermost
-        if ``parallel`` (off for a stage computed inside a parallel loop) and the decision says so."""
+        if ``parallel`` (off for a stage computed inside a parallel loop) and the decision says so.
+        ``chunks_first``: the loop over the last loop's vector chunks goes right after the first
+        loop (a transposing pack then gathers one vector's rows at a time, see ``_tile_anchor``)."""
         st = s.state.stage(name)
         loops = s.loops(name)
         last = loops[-1]
@@ -258,6 +261,9 @@ class GeneratedSpace:
         if v > 1:
             s = s.split(last, factor=v)
             s = s.vectorize(s.loops(name)[-1])
+            split = s.loops(name)
+            if chunks_first and len(split) > 3 and s.extent(split[-2]) > 1:
+                s = s.reorder(split[-2], *split[1:-2])
         outer = s.loops(name)[:-1] if v > 1 else s.loops(name)
         if not outer:
             return s
@@ -303,12 +309,19 @@ class GeneratedSpace:
             body *= r1[lp]
         # packing inputs whose innermost index follows the vector axis
         packs = []
+        transposed = set()   # packs whose panel axis is not the source's contiguous one
         for tensor, dim in _packable(st, vec_axis.split(".", 1)[1]):
             tname = s.state.name_of(tensor)
             if t3[vec_axis] > 1 and src.choose(f"{name}.pack_{tname}", [True, False]):
                 order = [f"{dim}.o"] + [str(d) for d in range(tensor.ndim) if d != dim] + [f"{dim}.i"]
                 s = s.pack(tname, {dim: t3[vec_axis]}, order=order, consumers=[name])
                 packs.append(s.trace[-1].outputs[0])
+                if dim != tensor.ndim - 1:
+                    # Such a pack gathers each vector from as many rows as the panel is wide, 4 KiB
+                    # apart for dense's 1024-wide W: 64 rows at once thrash one L1 set, so the panel
+                    # is packed one vector's rows at a time (dense 128x1024->1024 at 2 threads on
+                    # Zen 4: 0.65x -> 1.06x-1.09x numpy, benchmarks/RESULTS.md, session 10).
+                    transposed.add(packs[-1])
         # where the panels are packed: at root, in a parallel loop of their own, or inside each
         # parallel task (the tasks are then the vector axis's blocks only, the other axes' outer
         # tiles run in the task): each thread packs the block it multiplies, which is then hot
@@ -321,7 +334,7 @@ class GeneratedSpace:
             in_task = src.choose(f"{name}.pack_in_task", [False, True])
         if not in_task:
             for p in packs:
-                s = self._elementwise(s, src, p, keep_outer=False)
+                s = self._elementwise(s, src, p, keep_outer=False, chunks_first=p in transposed)
         outer = epilogue
         if outer is None and st.is_output:
             if src.choose(f"{name}.cache_write", [True, False]):
@@ -335,7 +348,8 @@ class GeneratedSpace:
             tiles = [t2[lp] * t3[lp] for lp in spatial]
             s, l0, l1, l2 = self._three_levels(s, o_axes, tiles, [t1[lp] for lp in spatial])
             s = s.compute_at(name, l1[-1])
-            s = self._pack_in_task(s, src, l0, packs, outer) if in_task else _fuse_parallel(s, l0, src, outer)
+            s = self._pack_in_task(s, src, l0, packs, outer, transposed) if in_task else \
+                _fuse_parallel(s, l0, src, outer)
             if s.extent(l2[-1]) <= MAX_LANES and s.extent(l2[-1]) > 1:
                 s = s.vectorize(l2[-1])
             a_sp = [f"{name}.{lp.split('.', 1)[1]}" for lp in spatial]
@@ -349,11 +363,12 @@ class GeneratedSpace:
             s, sp2, sp3 = _split_all(s, sp2, [t3[lp] for lp in spatial])
             s, rd0, rd1 = _split_all(s, reduce, [r1[lp] for lp in reduce])
             s = s.reorder(*sp0, *sp1, *rd0, *sp2, *rd1, *sp3)
-            s = self._pack_in_task(s, src, sp0, packs, name) if in_task else _fuse_parallel(s, sp0, src, name)
+            s = self._pack_in_task(s, src, sp0, packs, name, transposed) if in_task else \
+                _fuse_parallel(s, sp0, src, name)
         s = _register_tile(s, name, unroll_k)
         return s
 
-    def _pack_in_task(self, s: Schedule, src, loops: list, packs: list, name: str) -> Schedule:
+    def _pack_in_task(self, s: Schedule, src, loops: list, packs: list, name: str, transposed: set) -> Schedule:
         """The vector axis's outer tile loop (last of ``loops``) first and parallel, the packs computed in it."""
         task = loops[-1]
         if len(loops) > 1:
@@ -361,7 +376,8 @@ class GeneratedSpace:
         if src.choose(f"{name}.parallel", [True, False]):
             s = s.parallel(task)
         for p in packs:
-            s = self._elementwise(s.compute_at(p, task), src, p, keep_outer=True, parallel=False)
+            s = self._elementwise(s.compute_at(p, task), src, p, keep_outer=True, parallel=False,
+                                  chunks_first=p in transposed)
         return s
 
     @staticmethod

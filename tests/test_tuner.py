@@ -318,6 +318,34 @@ def test_pack_in_task_packs_each_tasks_block_inside_the_parallel_loop(which):
         np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("in_task", [True, False])
+def test_a_transposing_pack_gathers_one_vector_of_rows_at_a_time(in_task):
+    """dense packs W[j, k] into panels along j (not W's contiguous axis): each sweep over k gathers
+    one vector's rows, not the whole panel's (64 rows 4 KiB apart thrash one L1 set); matmul's
+    pack of B[k, j] along its contiguous axis keeps its order.  Results equal numpy (odd sizes)."""
+    tensors = ops.dense(37, 70, 90)
+    space = GeneratedSpace(tensors, SpaceOptions(vector_bits=512, cores=2))
+    d = {**space.default_decisions(), "D.j.t3": 64, "W_pack.vector": 16, "D.pack_in_task": in_task,
+         "Y.parallel": True}
+    for k in [k for k in d if k.rsplit(".", 1)[-1] in ("t2", "t1")]:
+        d[k] = 1
+    s = space.apply(FixedDecisions(d))
+    loops = s.loops("W_pack")
+    if in_task:
+        assert loops == ["W_pack.d0.o", "W_pack.d0.i.0", "W_pack.d1", "W_pack.d0.i.1"], loops
+    else:       # at root the outer loops are fused into one parallel loop, chunks before rows of k
+        assert loops == ["W_pack.d0.o.d0.i.0.fused.d1.fused", "W_pack.d0.i.1"], loops
+    rng = np.random.default_rng(2)
+    x, w, b = (rng.uniform(-1, 1, t.shape).astype(np.float32) for t in tensors[:-1])
+    out = np.empty(tensors[-1].shape, np.float32)
+    s.build()(x, w, b, out)
+    np.testing.assert_allclose(out, np.maximum(x @ w.T + b, 0), rtol=1e-4, atol=1e-4)
+    mm = GeneratedSpace(ops.matmul(37, 70, 29), SpaceOptions(vector_bits=512, cores=2))
+    ms = mm.apply(FixedDecisions({**mm.default_decisions(), "C.j.t3": 64, "B_pack.vector": 16,
+                                  "C.pack_in_task": True}))
+    assert ms.loops("B_pack")[-2:] == ["B_pack.d1.i.0", "B_pack.d1.i.1"], ms.loops("B_pack")
+
+
 @pytest.mark.parametrize("bits,registers", [(512, 32), (256, 16)])
 def test_register_tile_leaves_room_for_operands(bits, registers):
     """Accumulators + one row of vector operands + a broadcast fit the vector registers."""

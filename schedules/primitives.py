@@ -8,7 +8,7 @@ in a trace) are honoured on replay, so a replayed trace rebuilds the same loops.
 from __future__ import annotations
 
 from tensorir.errors import (AnnotationError, CacheWriteError, ComputeAtError, ComputeInlineError,
-                             FuseError, PackError, ReorderError, SplitError, UnknownHandleError)
+                             FuseError, PackError, ReorderError, RFactorError, SplitError, UnknownHandleError)
 from tensorir.expr import Binary, BinOp, const, select
 from tensorir.ir import ForKind
 from tensorir.rewrite import rewrite, substitute
@@ -360,6 +360,67 @@ def apply_pack(g, inputs, attrs, outputs):
     return [name]
 
 
+def apply_rfactor(g, inputs, attrs, outputs):
+    """Split a reduce axis ``k`` into ``k_o * f + k_v`` and make ``k_v`` a spatial axis of a new stage.
+
+    ``st[i] = sum_k x[i, k]`` becomes ``st_rf[i, k_v] = sum_{k_o} x[i, k_o * f + k_v]`` (terms past
+    the axis's extent read as the reducer's identity) and ``st[i] = sum_{k_v} st_rf[i, k_v]``: the
+    partial results of ``f`` interleaved slices, one per vector lane once ``k_v`` is vectorized.
+    """
+    (sname,) = inputs
+    st = get_stage(g, sname, "rfactor")
+    if not st.is_reduction:
+        raise RFactorError("rfactor", f"stage {st.name} is not a reduction; nothing to factor", stage=st.name)
+    _check_fresh(st, "rfactor", RFactorError)
+    red: Reduce = st.body
+    reduce_loops = [n for n in st.root if st.loops[n].kind is AxisKind.REDUCE]
+    axis = attrs.get("axis") or reduce_loops[-1]
+    if axis not in reduce_loops:
+        raise RFactorError("rfactor", f"{st.name}.{axis} is not a reduce loop of {st.name}; reduce loops: "
+                           f"{[f'{st.name}.{n}' for n in reduce_loops]}", stage=st.name)
+    f = attrs.get("factor")
+    extent = st.loops[axis].extent
+    if isinstance(f, bool) or not isinstance(f, int) or not 2 <= f <= extent:
+        raise RFactorError("rfactor", f"factor of {st.name}.{axis} must be between 2 and its extent {extent}, "
+                           f"got {f!r}", stage=st.name, loop=axis)
+    (name,) = outputs or (g.fresh_name(f"{st.name}_rf"),)
+    if g.stage(name) is not None or name in g.names.values():
+        raise RFactorError("rfactor", f"name {name!r} is already taken", stage=st.name)
+    k = st.root_vars[axis]
+    taken = {v.name for v in st.root_vars.values()}
+    kv, ko = (Var(_fresh_var(f"{axis}_{suffix}", taken)) for suffix in ("v", "o"))
+    spatial = st.spatial_root
+    op_axes = tuple(IterVar(st.root_vars[n], st.loops[n].extent) for n in spatial) + (IterVar(kv, f),)
+    rest = tuple(ax for ax in red.axes if ax.var is not k)
+    source = substitute(red.source, {k: ko * f + kv})
+    if extent % f:
+        source = select(ko * f + kv < extent, source, _identity_of(red.reducer, source.dtype))
+    rf_op = ComputeOp(op_axes, Reduce(red.reducer, source, rest + (IterVar(ko, -(-extent // f), AxisKind.REDUCE),)))
+    rf = Tensor(tuple(ax.extent for ax in op_axes), st.dtype, name, rf_op)
+    g.names[id(rf)] = name
+    kr = IterVar(kv, f, AxisKind.REDUCE)
+    st.body = Reduce(red.reducer, TensorRead(rf, tuple(st.root_vars[n] for n in spatial) + (kv,)), (kr,))
+    st.root = spatial + [kv.name]
+    st.leaf = list(st.root)
+    st.loops = {**{n: st.loops[n] for n in spatial}, kv.name: Loop(kv.name, AxisKind.REDUCE, f)}
+    st.root_vars = {**{n: st.root_vars[n] for n in spatial}, kv.name: kv}
+    g.stages.insert(g.stages.index(st), make_stage(name, rf, False, origin="rfactor"))
+    return [name]
+
+
+def _fresh_var(base: str, taken: set) -> str:
+    name, n = base, 1
+    while name in taken:
+        name, n = f"{base}{n}", n + 1
+    taken.add(name)
+    return name
+
+
+def _identity_of(reducer, dtype: str):
+    from tensorir.lower import _identity
+    return _identity(reducer, dtype)
+
+
 def _find_tensor(g: StageGraph, tname) -> Tensor:
     for t in g.params:
         if g.name_of(t) == tname or t is tname:
@@ -398,4 +459,5 @@ PRIMITIVES = {
     "compute_inline": apply_compute_inline,
     "cache_write": apply_cache_write,
     "pack": apply_pack,
+    "rfactor": apply_rfactor,
 }

@@ -279,6 +279,23 @@ class Schedule:
             attrs["consumers"] = [_handle(c) for c in consumers]
         return self._do("pack", [tensor], attrs, (name,) if name else ())
 
+    def rfactor(self, stage, factor: int, axis: str | None = None, name: str | None = None) -> "Schedule":
+        """Factor a reduction into ``factor`` interleaved partial results, a new spatial axis (TVM's rfactor).
+
+        The reduce loop ``axis`` (default: the innermost one) becomes ``k_o * factor + k_v``;
+        a new stage ``<stage>_rf`` computes the partial reductions with ``k_v`` spatial, so
+        it can be vectorized, and ``stage`` sums them.  ``rfactor("y", 8)`` on a row sum::
+
+            for y.i: for y.k: y[i] += A[i, k]
+        becomes
+            for y_rf.i: for y_rf.k_v: for y_rf.k_o: y_rf[i, k_v] += A[i, k_o * 8 + k_v]
+            for y.i: for y.k_v: y[i] += y_rf[i, k_v]
+        """
+        attrs = {"factor": factor}
+        if axis is not None:
+            attrs["axis"] = axis.split(".", 1)[1] if isinstance(axis, str) and "." in axis else axis
+        return self._do("rfactor", [stage], attrs, (name,) if name else ())
+
     def tile(self, loops: list, factors: list) -> "Schedule":
         """Split each loop by its factor and put all outer loops before all inner loops."""
         if len(loops) != len(factors):
@@ -337,7 +354,7 @@ class Schedule:
         for inst in self.trace:
             a = _resolve(inst.attr_dict, self.decisions, inst.kind)
             args = [repr(x) for x in inst.inputs]
-            if inst.kind == "split":
+            if inst.kind in ("split", "rfactor"):
                 args += [f"{k}={v!r}" for k, v in a.items()]
             elif inst.kind == "pack":
                 args.append(repr({int(k): v for k, v in a["splits"].items()}))

@@ -65,6 +65,10 @@ class PackError(ScheduleError):
     pass
 
 
+class RFactorError(ScheduleError):
+    pass
+
+
 class DecisionError(ScheduleError):
     """A trace refers to a decision that has no value, or the value is malformed."""
 

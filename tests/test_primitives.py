@@ -75,9 +75,35 @@ def s_register_tiled_matmul():
     return s
 
 
+def s_rfactor():
+    """A vectorized matrix-vector product: 8 partial sums per row, then their sum (K=23: a guarded tail)."""
+    s = Schedule(matvec_wl()).rfactor("y", 8)
+    s = s.split("y_rf.k_o", factor=2).reorder("y_rf.i", "y_rf.k_o.0", "y_rf.k_o.1", "y_rf.k_v")
+    return s.vectorize("y_rf.k_v").unroll("y_rf.k_o.1").compute_at("y_rf", "y.i")
+
+
+def s_rfactor_max_of_conv():
+    """rfactor of a max over one of three reduce axes (the others stay in the partial stage)."""
+    from tensorir import te
+    x = te.placeholder((4, 5, 7, 9), "float32", "x")
+    a, b, c = te.reduce_axis(5, "a"), te.reduce_axis(7, "b"), te.reduce_axis(9, "c")
+    m = te.compute((4,), lambda i: te.max(x[i, a, b, c] * 2.0, axis=[a, b, c]), "m")
+    s = Schedule([x, m]).rfactor("m", 4, axis="m.b")
+    return s.reorder("m_rf.i", "m_rf.a", "m_rf.b_o", "m_rf.c", "m_rf.b_v").vectorize("m_rf.b_v")
+
+
+def matvec_wl(M=13, K=23):
+    from tensorir import te
+    A = te.placeholder((M, K), "float32", "A")
+    x = te.placeholder((K,), "float32", "x")
+    k = te.reduce_axis(K, "k")
+    y = te.compute((M,), lambda i: te.sum(A[i, k] * x[k], axis=k), "y")
+    return [A, x, y]
+
+
 CASES = {f.__name__[2:]: f for f in [s_split, s_tile, s_fuse, s_reorder, s_unroll, s_vectorize, s_parallel,
                                       s_compute_at, s_compute_inline, s_compute_root, s_cache_write, s_pack,
-                                      s_register_tiled_matmul]}
+                                      s_register_tiled_matmul, s_rfactor, s_rfactor_max_of_conv]}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -168,6 +194,12 @@ ILLEGAL = [
     (lambda: Schedule(matmul_wl()).pack("B", {1: 0}), E.PackError, r"split factor of dimension 1 of B must be a positive integer, got 0"),
     (lambda: Schedule(matmul_wl()).pack("B", {1: 4}, order=["0", "1.o"]), E.PackError, r"order \['0', '1\.o'\] must list each of"),
     (lambda: Schedule(matmul_wl()).pack("Q", {1: 4}), E.UnknownHandleError, r"no tensor named 'Q'"),
+    (lambda: Schedule(chain_wl()).rfactor("z", 4), E.RFactorError, r"stage z is not a reduction; nothing to factor"),
+    (lambda: Schedule(matmul_wl()).split("C.k", factor=4).rfactor("C", 4), E.RFactorError, r"stage C has already been scheduled; apply rfactor before"),
+    (lambda: Schedule(matmul_wl()).rfactor("C", 4, axis="C.i"), E.RFactorError, r"C\.i is not a reduce loop of C; reduce loops: \['C\.k'\]"),
+    (lambda: Schedule(matmul_wl()).rfactor("C", 1), E.RFactorError, r"factor of C\.k must be between 2 and its extent 23, got 1"),
+    (lambda: Schedule(matmul_wl()).rfactor("C", 24), E.RFactorError, r"factor of C\.k must be between 2 and its extent 23, got 24"),
+    (lambda: Schedule(matmul_wl()).rfactor("C", 4, name="A"), E.RFactorError, r"name 'A' is already taken"),
     (lambda: Schedule(matmul_wl()[:2]), E.WorkloadListError, r"the workload has no output"),
     (lambda: Schedule([matmul_wl()[2]]), E.WorkloadListError, r"reads placeholder 'A', which is not in the workload list"),
     (lambda: Schedule([1, 2]), E.WorkloadListError, r"workload entry 0 is int"),

@@ -219,6 +219,14 @@ class GeneratedSpace:
         done = set()
         # R3: multi-level tiling of anchors
         for a in anchors:
+            f = self._rfactor(src, a, epilogue_of.get(a.name))
+            if f:
+                s = s.rfactor(a.name, f)
+                rf = s.trace[-1].outputs[0]
+                s = self._tile_anchor(s, src, rf, None)
+                s = self._fuse_parallel_all(s, src, a.name)
+                done |= {a.name, rf}
+                continue
             s = self._tile_anchor(s, src, a.name, epilogue_of.get(a.name))
             done |= {a.name, epilogue_of.get(a.name), f"{a.name}_local"}
         # R2 hosts, then R4 for every other root stage
@@ -366,6 +374,45 @@ class GeneratedSpace:
             s = self._pack_in_task(s, src, sp0, packs, name, transposed) if in_task else \
                 _fuse_parallel(s, sp0, src, name)
         s = _register_tile(s, name, unroll_k)
+        return s
+
+    def _rfactor(self, src, st, epilogue) -> int:
+        """Lanes of partial results to factor anchor ``st``'s reduction into (0: none), offered when it
+        streams an operand with no reuse along the reduce axis (matrix-vector products, row norms).
+
+        Such an operand is indexed by every spatial axis (no other output element reads it) and
+        contiguous along the innermost reduce axis, while no read is contiguous along the vector
+        axis: tiling spatial axes then buys nothing and vectorizing the output axis gathers.  The
+        partial sums of ``rfactor`` are a vector along the contiguous axis (what -O3 does for such
+        loops; float32 matvec 2048x2048 at 2 threads: 1.6 ms -> see benchmarks/RESULTS.md).
+        """
+        reduce = [n for n in st.root if st.loops[n].kind is AxisKind.REDUCE]
+        spatial = [st.root_vars[n] for n in st.spatial_root]
+        if epilogue is not None or not reduce or not spatial:
+            return 0
+        k = st.root_vars[reduce[-1]]
+        reads = st.reads()
+        streamed = [r for r in reads if r.indices and r.indices[-1] == k
+                    and all(any(_mentions(i, v) for i in r.indices) for v in spatial)]
+        if not streamed or any(r.indices and _mentions(r.indices[-1], spatial[-1]) for r in reads):
+            return 0
+        lanes = self.lanes(st.dtype)
+        choices = [0] + [m * lanes for m in (1, 2, 4) if m * lanes <= st.loops[reduce[-1]].extent]
+        if len(choices) == 1:
+            return 0
+        src.hint(f"{st.name}.rfactor", lanes)
+        return src.choose(f"{st.name}.rfactor", choices)
+
+    @staticmethod
+    def _fuse_parallel_all(s: Schedule, src, name: str) -> Schedule:
+        """The sum of an rfactor's partial results: spatial loops fused, parallel if the decision says so."""
+        loops = [lp for lp in s.loops(name) if lp in s.axes(name)]
+        fused = loops[0]
+        for lp in loops[1:]:
+            s = s.fuse(fused, lp)
+            fused = s.trace[-1].outputs[0]
+        if s.extent(fused) > 1 and src.choose(f"{name}.parallel", [True, False]):
+            s = s.parallel(fused)
         return s
 
     def _pack_in_task(self, s: Schedule, src, loops: list, packs: list, name: str, transposed: set) -> Schedule:

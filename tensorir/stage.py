@@ -66,7 +66,7 @@ class Stage:
     ann: dict = field(default_factory=dict)          # leaf loop name -> ForKind
     attach: Attach = ROOT
     is_output: bool = False
-    origin: str = "compute"           # "compute" | "cache_write" | "pack"
+    origin: str = "compute"           # "compute" | "cache_write" | "pack" | "rfactor"
 
     @property
     def shape(self) -> tuple:

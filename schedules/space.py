@@ -227,7 +227,7 @@ class GeneratedSpace:
                 s = s.rfactor(a.name, f)
                 rf = s.trace[-1].outputs[0]
                 s = self._tile_anchor(s, src, rf, None)
-                s = self._fuse_parallel_all(s, src, a.name)
+                s = _fuse_parallel(s, s.loops(a.name)[:-1], src, a.name)   # the sum of the partials
                 done |= {a.name, rf}
                 continue
             s = self._tile_anchor(s, src, a.name, epilogue_of.get(a.name))
@@ -406,18 +406,6 @@ class GeneratedSpace:
             return 0
         src.hint(f"{st.name}.rfactor", lanes)
         return src.choose(f"{st.name}.rfactor", choices)
-
-    @staticmethod
-    def _fuse_parallel_all(s: Schedule, src, name: str) -> Schedule:
-        """The sum of an rfactor's partial results: spatial loops fused, parallel if the decision says so."""
-        loops = [lp for lp in s.loops(name) if lp in s.axes(name)]
-        fused = loops[0]
-        for lp in loops[1:]:
-            s = s.fuse(fused, lp)
-            fused = s.trace[-1].outputs[0]
-        if s.extent(fused) > 1 and src.choose(f"{name}.parallel", [True, False]):
-            s = s.parallel(fused)
-        return s
 
     def _pack_in_task(self, s: Schedule, src, loops: list, packs: list, name: str, transposed: set) -> Schedule:
         """The vector axis's outer tile loop (last of ``loops``) first and parallel, the packs computed in it."""

@@ -293,7 +293,11 @@ class Schedule:
         """
         attrs = {"factor": factor}
         if axis is not None:
-            attrs["axis"] = axis.split(".", 1)[1] if isinstance(axis, str) and "." in axis else axis
+            owner, _, loop = str(axis).partition(".") if "." in str(axis) else (None, "", axis)
+            if owner is not None and owner != _handle(stage):
+                from tensorir.errors import RFactorError
+                raise RFactorError("rfactor", f"loop {axis} belongs to stage {owner}, not {_handle(stage)}")
+            attrs["axis"] = loop
         return self._do("rfactor", [stage], attrs, (name,) if name else ())
 
     def tile(self, loops: list, factors: list) -> "Schedule":

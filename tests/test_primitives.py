@@ -197,6 +197,7 @@ ILLEGAL = [
     (lambda: Schedule(chain_wl()).rfactor("z", 4), E.RFactorError, r"stage z is not a reduction; nothing to factor"),
     (lambda: Schedule(matmul_wl()).split("C.k", factor=4).rfactor("C", 4), E.RFactorError, r"stage C has already been scheduled; apply rfactor before"),
     (lambda: Schedule(matmul_wl()).rfactor("C", 4, axis="C.i"), E.RFactorError, r"C\.i is not a reduce loop of C; reduce loops: \['C\.k'\]"),
+    (lambda: Schedule(_two_stage_reduction()).rfactor("rowsum", 2, axis="out.k"), E.RFactorError, r"loop out\.k belongs to stage out, not rowsum"),
     (lambda: Schedule(matmul_wl()).rfactor("C", 1), E.RFactorError, r"factor of C\.k must be between 2 and its extent 23, got 1"),
     (lambda: Schedule(matmul_wl()).rfactor("C", 24), E.RFactorError, r"factor of C\.k must be between 2 and its extent 23, got 24"),
     (lambda: Schedule(matmul_wl()).rfactor("C", 4, name="A"), E.RFactorError, r"name 'A' is already taken"),

@@ -333,6 +333,28 @@ class GeneratedSpace:
                     # is packed one vector's rows at a time (dense 128x1024->1024 at 2 threads on
                     # Zen 4: 0.65x -> 1.06x-1.09x numpy, benchmarks/RESULTS.md, session 10).
                     transposed.add(packs[-1])
+        # the operand indexed by the register tile's row axis (A[k, i] of A^T B, A[i, k] of A B) may be
+        # packed into panels of the tile's rows, ``A_p[i.o, k, i.i]``: each k step then reads the tile's
+        # rows from one cache line, where A[k, i] reads a new line 4 KiB away (same L1 set) per k
+        # (gemm with transposed A, 1024^3 at 2 threads, matmul's best tile: 0.59x -> 0.97-1.01x numpy,
+        # benchmarks/RESULTS.md, session 13).  Packed at root by a parallel loop of its own.
+        # [False, True]: records written before this choice replay as before.
+        row_packs = []
+        if len(spatial) > 1 and t3[spatial[-2]] > 1:
+            row = spatial[-2]
+            vec_var = st.root_vars[vec_axis.split(".", 1)[1]]
+            for tensor, dim in _packable(st, row.split(".", 1)[1]):
+                tname = s.state.name_of(tensor)
+                if any(_mentions(i, vec_var) for r in st.reads() if r.tensor is tensor for i in r.indices):
+                    continue
+                # the heuristic packs when the rows are the source's contiguous axis (A[k, i])
+                src.hint(f"{name}.pack_{tname}", dim == tensor.ndim - 1)
+                if src.choose(f"{name}.pack_{tname}", [False, True]):
+                    order = [f"{dim}.o"] + [str(d) for d in range(tensor.ndim) if d != dim] + [f"{dim}.i"]
+                    s = s.pack(tname, {dim: t3[row]}, order=order, consumers=[name])
+                    row_packs.append(s.trace[-1].outputs[0])
+        for p in row_packs:
+            s = self._elementwise(s, src, p, keep_outer=False)
         # where the panels are packed: at root, in a parallel loop of their own, or inside each
         # parallel task (the tasks are then the vector axis's blocks only, the other axes' outer
         # tiles run in the task): each thread packs the block it multiplies, which is then hot

@@ -101,3 +101,57 @@ def test_rfactor_of_an_int32_matvec_is_exact():
     for src in [FixedDecisions(space.default_decisions())] + [RandomDecisions(seed) for seed in range(6)]:
         (a, x), (y,) = run_schedule(space.apply(src))
         np.testing.assert_array_equal(y, a.astype(np.int64) @ x.astype(np.int64))
+
+
+# ------------------------------------------------- packing the register tile's row operand
+
+def gemm_at(M=37, N=45, K=29):
+    """C = A^T B with A stored (K, M): the rows of a register tile are A's contiguous axis."""
+    A = te.placeholder((K, M), "float32", "A")
+    B = te.placeholder((K, N), "float32", "B")
+    k = te.reduce_axis(K, "k")
+    return [A, B, te.compute((M, N), lambda i, j: te.sum(A[k, i] * B[k, j], axis=k), "C")]
+
+
+def bmm_bt(Bt=3, M=13, N=21, K=17):
+    A = te.placeholder((Bt, M, K), "float32", "A")
+    B = te.placeholder((Bt, N, K), "float32", "B")
+    k = te.reduce_axis(K, "k")
+    return [A, B, te.compute((Bt, M, N), lambda b, i, j: te.sum(A[b, i, k] * B[b, j, k], axis=k), "C")]
+
+
+def test_row_operand_pack_is_offered_and_the_heuristic_packs_only_a_transposed_a():
+    for tensors, packed_by_default in [(gemm_at(), True), (WorkloadSpec.parse("matmul", []).tensors(), False)]:
+        space = GeneratedSpace(tensors, AVX2)
+        start = space.default_decisions()
+        assert start["C.pack_A"] is packed_by_default
+        s = space.apply(FixedDecisions({**start, "C.pack_A": True}))
+        pack = s.state.stage("A_pack")
+        assert pack is not None and tuple(pack.tensor.shape)[-1] == start["C.i.t3"]   # panels of tile rows
+    # B (read along the vector axis) is never a row operand; a conv2d has no bare row index to pack
+    for seed in range(6):
+        src = RandomDecisions(seed)
+        GeneratedSpace(gemm_at(), AVX2).apply(src)
+        assert "C.pack_B" in src.choices and [k for k in src.choices if k.startswith("C.pack_A")] in (
+            [], ["C.pack_A"])
+        src = RandomDecisions(seed)
+        GeneratedSpace(WorkloadSpec.parse("conv2d", ["H=8", "W=8", "C=4", "K=8"]).tensors(), AVX2).apply(src)
+        assert not [k for k in src.choices if k.endswith("pack_Data") or k.endswith("pack_X")]
+
+
+@pytest.mark.parametrize("make", [gemm_at, lambda: gemm_at(M=64, N=16, K=8), bmm_bt])
+def test_row_operand_pack_computes_what_numpy_computes(make):
+    space = GeneratedSpace(make(), AVX2)
+    check_against_evaluator(space.apply(FixedDecisions(space.default_decisions())))
+    for rows in (2, 3, 6):   # tile rows that divide the row axis or leave a guarded (zero-padded) edge
+        # (the decisions not given take their first choice: they depend on the tile)
+        s = space.apply(FixedDecisions({"C.pack_A": True, "C.i.t3": rows, "C.k.r1": 2}))
+        assert s.state.stage("A_pack") is not None
+        check_against_evaluator(s)
+    hits = 0
+    for seed in range(12):
+        src = RandomDecisions(seed)
+        s = space.apply(src)
+        hits += bool(src.decisions.get("C.pack_A"))
+        check_against_evaluator(s)
+    assert hits > 0

@@ -148,12 +148,16 @@ class _Lowering:
                                     const(extents[rel.parent])), leaf_ranges)
                 if not (isinstance(c, Const) and c.value):
                     conds.append((c, s.loops[rel.parent].kind is AxisKind.SPATIAL))
+        pid = id(s.tensor)
         if s.attach.kind == "at":
+            padded = self._overcompute(s, region) if pid not in self.params else set()
             for d, r in enumerate(spatial):
+                if d in padded:   # the tile computes past the edge: only tiles that start inside run
+                    conds.append((Binary(BinOp.LT, region[d][0], const(s.shape[d])), True))
+                    continue
                 g = Binary(BinOp.ADD, region[d][0], rel_vals[r])
                 conds.append((Binary(BinOp.LT, g, const(s.shape[d])), True))
                 conds.append((Binary(BinOp.GE, g, const(0)), True))
-        pid = id(s.tensor)
         if pid in self.params:
             buf, local = self.params[pid], False
         elif s.attach.kind == "at":
@@ -166,6 +170,54 @@ class _Lowering:
         self.busy.discard(s.name)
         self.layouts[s.name] = lay
         return lay
+
+    def _overcompute(self, s: Stage, region: list) -> set:
+        """Spatial dims along which attached stage ``s`` may compute its whole tile past the tensor's edge.
+
+        ``s`` writes a local buffer of the tile's size, so computing the elements past the edge
+        only costs their arithmetic, provided every read stays inside the tensor it reads: then
+        an edge tile runs the same guard-free, vectorized code as a full one (a register tile 7 of
+        16 columns wide ran its FMAs element by element: A^T B 1000x999x517, 0.6x -> 0.9x of
+        numpy), and only its copy-out is guarded.  A read of a pack reads its zero padding there.
+        Tile starts are affine in outer loops, >= 0 and < the edge; aligned to the tile (a
+        multiple of its extent), the last tile ends at the edge rounded up to the extent.
+        Integer division by a value is excluded (a padded zero divisor would trap).
+        """
+        from .te import walk
+        body = s.body.source if isinstance(s.body, Reduce) else s.body
+        if any(isinstance(n, Binary) and n.op in (BinOp.FLOORDIV, BinOp.MOD) and not isinstance(n.b, Const)
+               for n in walk(body)):
+            return set()
+        spatial = s.spatial_root
+        tops = {}
+        for d, r in enumerate(spatial):
+            start, ext = region[d]
+            n = s.shape[d]
+            lin = _lin(simplify(start))
+            if ext >= n or lin.const < 0 or any(c < 0 or not isinstance(t, Var) for t, c in lin.terms.items()):
+                continue
+            g = math.gcd(lin.const, *lin.terms.values())
+            tops[d] = -(-n // ext) * ext - 1 if g % ext == 0 else n + ext - 2
+        if not tops:
+            return set()
+
+        def reads_inside(dims) -> bool:
+            ranges = {}
+            for d, r in enumerate(spatial):
+                ranges[s.root_vars[r]] = (0, tops[d] if d in dims else s.shape[d] - 1)
+            for r in s.root:
+                if s.loops[r].kind is AxisKind.REDUCE:
+                    ranges[s.root_vars[r]] = (0, s.loops[r].extent - 1)
+            for rd in s.reads():
+                for i, n in zip(rd.indices, rd.tensor.shape):
+                    got = int_range(simplify(i, ranges), ranges)
+                    if got is None or got[0] < 0 or got[1] > n - 1:
+                        return False
+            return True
+
+        if reads_inside(set(tops)):
+            return set(tops)
+        return {d for d in tops if reads_inside({d})}
 
     def global_values(self, s: Stage) -> dict:
         """Root loop name -> absolute index Expr (spatial axes offset by the region start)."""

@@ -160,6 +160,63 @@ def test_nested_non_dividing_split_inside_a_local_tile():
     check_against_evaluator(s)
 
 
+# ------------------------------------------- edge tiles of a local tile: computed past the edge
+
+def _register_tile(packs: bool, M=37, N=45, K=29):
+    """C = A^T B in 6 x 16 register tiles (neither divides M or N), the operands packed or not."""
+    from tensorir import te
+    A = te.placeholder((K, M), "float32", "A")
+    B = te.placeholder((K, N), "float32", "B")
+    k = te.reduce_axis(K, "k")
+    s = Schedule([A, B, te.compute((M, N), lambda i, j: te.sum(A[k, i] * B[k, j], axis=k), "C")])
+    if packs:
+        s = s.pack("A", {1: 6}, order=["1.o", "0", "1.i"]).pack("B", {1: 16}, order=["1.o", "0", "1.i"])
+    s = s.cache_write("C").tile(["C.i", "C.j"], [6, 16]).compute_at("C_local", "C.j.0")
+    s = s.reorder("C_local.k", "C_local.i", "C_local.j").unroll("C_local.i").vectorize("C_local.j")
+    return s.vectorize("C.j.1")
+
+
+def _element_guards(s, loop: str) -> list:
+    return [ln for ln in str(s.lower()).splitlines() if ln.strip().startswith("if") and loop in ln]
+
+
+def test_edge_tile_reading_padded_packs_runs_the_full_tile_code():
+    # reads of the zero-padded packs stay in bounds past the edge: no guard inside the tile, only
+    # the copy-out (C.j.1) is guarded
+    s = _register_tile(packs=True)
+    assert not _element_guards(s, "C_local.i") and not _element_guards(s, "C_local.j")
+    assert _element_guards(s, "C.i.1")
+    check_against_evaluator(s)
+    check_against_evaluator(_register_tile(packs=True, M=6, N=16, K=3))       # no edge at all
+    check_against_evaluator(_register_tile(packs=True, M=1, N=1, K=1))        # one partial tile
+
+
+def test_edge_tile_reading_an_unpadded_input_keeps_its_guards():
+    # A[k, i] has no row past M: the edge tile must not read it
+    s = _register_tile(packs=False)
+    assert _element_guards(s, "C_local.i") and _element_guards(s, "C_local.j")
+    check_against_evaluator(s)
+
+
+def test_edge_tile_with_integer_division_by_a_value_keeps_its_guards():
+    # past the edge a padded divisor is 0: integer division there would trap
+    from tensorir import te
+    X = te.placeholder((13, 21), "int32", "X")
+    Y = te.placeholder((13, 21), "int32", "Y")
+    Q = te.compute((13, 21), lambda i, j: X[i, j] // Y[i, j], "Q")
+    O = te.compute((13, 21), lambda i, j: Q[i, j] + 1, "O")
+    s = Schedule([X, Y, O]).pack("X", {1: 8}).pack("Y", {1: 8}).tile(["O.i", "O.j"], [4, 8])
+    s = s.compute_at("Q", "O.j.0").vectorize("Q.j").vectorize("O.j.1")
+    assert _element_guards(s, "Q.j")
+    from tensorir.build import build
+    rng = np.random.default_rng(0)
+    x = rng.integers(-50, 50, (13, 21)).astype(np.int32)
+    y = rng.choice(np.array([-7, -3, -1, 1, 2, 5], np.int32), (13, 21))
+    o = np.empty((13, 21), np.int32)
+    build(s.lower())(x, y, o)
+    np.testing.assert_array_equal(o, x // y + 1)
+
+
 # ------------------------------------------------------------- illegal uses
 
 ILLEGAL = [

@@ -9,6 +9,15 @@ the workload's reference first.  All variants and numpy are timed alternately in
 this process (:func:`tuner.compare.side_by_side`), so the ratios are comparable
 within a run even on a noisy machine.  ``--repeat N`` runs the whole comparison
 N times, to show how far the ratios move from one run to the next.
+
+``--from-log LOG --top N`` adds the decisions of the N fastest records of this
+workload in a tuning log (the finalists a run re-measured first), as logged,
+without the heuristic start under them.  A workload file has no numpy
+implementation; ``--numpy EXPR`` gives one, an expression of ``ins`` (the input
+arrays, in order) and ``np``:
+
+    python benchmarks/bench_variants.py ops.py:gemm_at M=1000 N=999 K=517 \
+        --from-log at.jsonl --top 2 --numpy 'ins[0].T @ ins[1]'
 """
 from __future__ import annotations
 
@@ -34,6 +43,9 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", default="2")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--from-log", metavar="LOG", help="also time the fastest records of this tuning log")
+    ap.add_argument("--top", type=int, default=4, help="how many records --from-log takes (default 4)")
+    ap.add_argument("--numpy", metavar="EXPR", help="numpy implementation: an expression of ins and np")
     args = ap.parse_args(argv)
     spec = WorkloadSpec.parse(args.workload, args.params)
     space = GeneratedSpace(spec.tensors())
@@ -41,8 +53,9 @@ def main(argv=None) -> int:
     want = spec.reference(inputs)
     cfg = MeasureConfig()
     kernels = {}
-    for text in args.variant or ["{}"]:
-        decisions = {**space.default_decisions(), **json.loads(text)}
+    logged = _from_log(args.from_log, spec, args.top) if args.from_log else []
+    for text in (args.variant or ([] if logged else ["{}"])) + logged:
+        decisions = json.loads(text) if text in logged else {**space.default_decisions(), **json.loads(text)}
         kernel = space.apply(FixedDecisions(decisions)).build()
         outs = spec.empty_outputs()
         kernel(*inputs, *outs)
@@ -52,6 +65,13 @@ def main(argv=None) -> int:
             sys.exit(f"variant {text}: wrong result ({problem})")
         kernels[text] = (kernel, outs)
     impl = spec.numpy_impl()
+    if args.numpy:
+        import numpy as np
+        code = compile(args.numpy, "--numpy", "eval")
+        impl = lambda ins: eval(code, {"np": np, "ins": ins})   # noqa: E731,S307 - the user's own expression
+        got = impl(inputs)
+        if not np.allclose(got, want[-1], rtol=1e-3, atol=1e-3 * max(1.0, float(np.abs(want[-1]).max()))):
+            sys.exit("--numpy: the expression does not compute the workload's output")
     for threads in map(int, args.threads.split(",")):
         ratios = {text: [] for text in kernels}
         for _ in range(args.repeat):
@@ -76,6 +96,23 @@ def main(argv=None) -> int:
                 print(f"threads={threads} {text}: median {statistics.median(v):.2f}{what} over {len(v)} runs "
                       f"[{min(v):.2f}-{max(v):.2f}]")
     return 0
+
+
+def _from_log(path: str, spec, top: int) -> list:
+    """JSON texts of the decisions of the ``top`` fastest measured records of ``spec`` in log ``path``."""
+    from logs import TuningLog
+    recs = sorted((r for r in TuningLog(path).records() if r.workload_key == spec.key and r.ok),
+                  key=lambda r: r.rank_key)
+    out = []
+    for r in recs:
+        text = json.dumps(r.decisions, sort_keys=True)
+        if text not in out:
+            out.append(text)
+        if len(out) == top:
+            break
+    if not out:
+        sys.exit(f"{path}: no measured record of {spec.label}")
+    return out
 
 
 if __name__ == "__main__":

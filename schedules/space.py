@@ -307,8 +307,20 @@ class GeneratedSpace:
         t2 = {lp: src.choose(f"{lp}.t2", self.level_choices(max(1, ext[lp] // t3[lp]))) for lp in spatial}
         # t1 tiles make one parallel task's block (up to 64: a task of 64 register tiles of rows
         # keeps a B panel block in L2 while streaming A rows through it)
-        # heuristic start: a task spans ~256 columns of the vector axis (a 1024-deep B block of 1 MiB)
-        src.hint(f"{vec_axis}.t1", max(1, 256 // (t2[vec_axis] * t3[vec_axis])))
+        # heuristic start: a task spans ~256 columns of the vector axis (a 1024-deep B block of 1 MiB).
+        # Where the tasks can be the parallel loop alone (inputs to pack in them) and such tasks
+        # would share the cores unevenly (257 columns in tasks of 256 and 1 leave a core idle:
+        # matmul 333x257x511 at 2 threads: 0.62x numpy, 16 columns: 0.93x), the nearest width that
+        # shares them evenly.
+        n, width = ext[vec_axis], t2[vec_axis] * t3[vec_axis]
+        widths = [c * width for c in self.level_choices(max(1, n // width), 64)]
+        pick = min(widths, key=lambda w: (abs(w - 256), w))
+        if _packable(st, vec_axis.split(".", 1)[1]) and -(-n // pick) >= self.options.cores \
+                and self._balance(n, pick) < 0.85:
+            even = [w for w in widths if self._balance(n, w) >= 0.85] or \
+                [max(widths, key=lambda w: self._balance(n, w))]
+            pick = min(even, key=lambda w: (abs(w - 256), w))
+        src.hint(f"{vec_axis}.t1", pick // width)
         t1 = {lp: src.choose(f"{lp}.t1", self.level_choices(max(1, ext[lp] // (t3[lp] * t2[lp])), 64))
               for lp in spatial}
         r1 = {lp: src.choose(f"{lp}.r1", [1, 2, 4, 8, 16] if ext[lp] >= 16 else _divisors(ext[lp], 16))
@@ -363,7 +375,8 @@ class GeneratedSpace:
         tasks = -(-ext[vec_axis] // (t1[vec_axis] * t2[vec_axis] * t3[vec_axis]))
         in_task = False
         if packs and tasks >= self.options.cores:
-            src.hint(f"{name}.pack_in_task", tasks % self.options.cores == 0)
+            task = t1[vec_axis] * t2[vec_axis] * t3[vec_axis]
+            src.hint(f"{name}.pack_in_task", self._balance(ext[vec_axis], task) >= 0.85)
             in_task = src.choose(f"{name}.pack_in_task", [False, True])
         if not in_task:
             for p in packs:
@@ -400,6 +413,12 @@ class GeneratedSpace:
                 _fuse_parallel(s, sp0, src, name)
         s = _register_tile(s, name, unroll_k)
         return s
+
+    def _balance(self, n: int, width: int) -> float:
+        """Share of the busiest core's time that is useful when ``n`` columns are cut into tasks of
+        ``width`` columns, dealt to the cores in equal runs (OpenMP's static schedule)."""
+        tasks = -(-n // width)
+        return n / self.options.cores / (-(-tasks // self.options.cores) * width)
 
     def _rfactor(self, src, st, epilogue) -> int:
         """Lanes of partial results to factor anchor ``st``'s reduction into (0: none), offered when it

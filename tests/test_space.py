@@ -155,3 +155,16 @@ def test_row_operand_pack_computes_what_numpy_computes(make):
         hits += bool(src.decisions.get("C.pack_A"))
         check_against_evaluator(s)
     assert hits > 0
+
+
+@pytest.mark.parametrize("n, width", [(1024, 256), (512, 256), (257, 16), (136, 16), (999, 32)])
+def test_heuristic_tasks_share_two_cores_evenly(n, width):
+    # in-task packing makes the vector axis's blocks the whole parallel loop: 257 columns cut in
+    # blocks of 256 would leave one core a block of 1 column
+    space = GeneratedSpace(WorkloadSpec.parse("matmul", ["M=333", f"N={n}", "K=64"]).tensors(), AVX2)
+    d = space.default_decisions()
+    got = d["C.j.t1"] * d["C.j.t2"] * d["C.j.t3"]
+    assert got == width
+    tasks = -(-n // got)
+    busiest = -(-tasks // 2) * got
+    assert n / 2 / busiest >= 0.85 and d["C.pack_in_task"] is True

@@ -28,6 +28,7 @@ import sys
 
 
 from schedules.space import FixedDecisions, GeneratedSpace
+from tensorir.errors import ScheduleError
 from tuner.cli import _threadpool
 from tuner.compare import side_by_side
 from tuner.measure import MeasureConfig
@@ -53,10 +54,14 @@ def main(argv=None) -> int:
     want = spec.reference(inputs)
     cfg = MeasureConfig()
     kernels = {}
-    logged = _from_log(args.from_log, spec, args.top) if args.from_log else []
+    threads_list = [int(t) for t in args.threads.split(",")]
+    logged = _from_log(args.from_log, spec, args.top, threads_list) if args.from_log else []
     for text in (args.variant or ([] if logged else ["{}"])) + logged:
         decisions = json.loads(text) if text in logged else {**space.default_decisions(), **json.loads(text)}
-        kernel = space.apply(FixedDecisions(decisions)).build()
+        try:
+            kernel = space.apply(FixedDecisions(decisions)).build()
+        except ScheduleError as err:
+            sys.exit(f"variant {text}: {err}")
         outs = spec.empty_outputs()
         kernel(*inputs, *outs)
         problem = check_outputs([t.name for t in spec.output_tensors()], outs, want, cfg.rtol, cfg.atol,
@@ -101,11 +106,12 @@ def main(argv=None) -> int:
     return 0
 
 
-def _from_log(path: str, spec, top: int) -> list:
-    """JSON texts of the decisions of the ``top`` fastest measured records of ``spec`` in log ``path``."""
+def _from_log(path: str, spec, top: int, threads: list) -> list:
+    """JSON texts of the decisions of the ``top`` fastest measured records of ``spec`` in log ``path``
+    (those tuned for one of ``threads`` thread counts first)."""
     from logs import TuningLog
     recs = sorted((r for r in TuningLog(path).records() if r.workload_key == spec.key and r.ok),
-                  key=lambda r: r.rank_key)
+                  key=lambda r: (r.target.get("threads") not in threads, r.rank_key))
     out = []
     for r in recs:
         text = json.dumps(r.decisions, sort_keys=True)

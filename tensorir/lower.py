@@ -57,6 +57,14 @@ class _Layout:
     conds: list          # (Expr, is_spatial) guards on leaf vars (and outer vars)
 
 
+def _nonnegative(e: Expr) -> bool:
+    """A loop variable, or one divided (floor) or taken modulo by a positive constant: never negative."""
+    if isinstance(e, Var):
+        return True
+    return isinstance(e, Binary) and e.op in (BinOp.FLOORDIV, BinOp.MOD) and isinstance(e.b, Const) \
+        and e.b.value > 0 and _nonnegative(e.a)
+
+
 def _identity(reducer: Reducer, dtype: str) -> Const:
     if reducer is Reducer.SUM:
         return const(0, dtype)
@@ -194,7 +202,7 @@ class _Lowering:
             start, ext = region[d]
             n = s.shape[d]
             lin = _lin(simplify(start))
-            if ext >= n or lin.const < 0 or any(c < 0 or not isinstance(t, Var) for t, c in lin.terms.items()):
+            if ext >= n or lin.const < 0 or any(c < 0 or not _nonnegative(t) for t, c in lin.terms.items()):
                 continue
             g = math.gcd(lin.const, *lin.terms.values())
             tops[d] = -(-n // ext) * ext - 1 if g % ext == 0 else n + ext - 2

@@ -162,7 +162,7 @@ def test_nested_non_dividing_split_inside_a_local_tile():
 
 # ------------------------------------------- edge tiles of a local tile: computed past the edge
 
-def _register_tile(packs: bool, M=37, N=45, K=29):
+def _register_tile(packs: bool, M=37, N=45, K=29, fused: bool = False):
     """C = A^T B in 6 x 16 register tiles (neither divides M or N), the operands packed or not."""
     from tensorir import te
     A = te.placeholder((K, M), "float32", "A")
@@ -171,7 +171,11 @@ def _register_tile(packs: bool, M=37, N=45, K=29):
     s = Schedule([A, B, te.compute((M, N), lambda i, j: te.sum(A[k, i] * B[k, j], axis=k), "C")])
     if packs:
         s = s.pack("A", {1: 6}, order=["1.o", "0", "1.i"]).pack("B", {1: 16}, order=["1.o", "0", "1.i"])
-    s = s.cache_write("C").tile(["C.i", "C.j"], [6, 16]).compute_at("C_local", "C.j.0")
+    s = s.cache_write("C").tile(["C.i", "C.j"], [6, 16])
+    if fused:   # tile starts (f // 3) * 6 and (f % 3) * 16 of one parallel loop, as the space makes them
+        s = s.fuse("C.i.0", "C.j.0").parallel("C.i.0.j.0.fused").compute_at("C_local", "C.i.0.j.0.fused")
+    else:
+        s = s.compute_at("C_local", "C.j.0")
     s = s.reorder("C_local.k", "C_local.i", "C_local.j").unroll("C_local.i").vectorize("C_local.j")
     return s.vectorize("C.j.1")
 
@@ -189,6 +193,9 @@ def test_edge_tile_reading_padded_packs_runs_the_full_tile_code():
     check_against_evaluator(s)
     check_against_evaluator(_register_tile(packs=True, M=6, N=16, K=3))       # no edge at all
     check_against_evaluator(_register_tile(packs=True, M=1, N=1, K=1))        # one partial tile
+    s = _register_tile(packs=True, fused=True)
+    assert not _element_guards(s, "C_local.i") and not _element_guards(s, "C_local.j")
+    check_against_evaluator(s)
 
 
 def test_edge_tile_reading_an_unpadded_input_keeps_its_guards():

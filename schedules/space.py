@@ -14,7 +14,8 @@ R3  multi-level tiling of each remaining reduction (the "anchor"): spatial
     epilogue (bias + ReLU) or ``cache_write``, the two outer spatial levels
     belong to the output stage and the anchor is computed per tile, its inner
     tile a register block: an unrolled, vectorized ``S R S`` nest.  Inputs whose
-    innermost access follows the vector axis may be packed into panels.  The
+    innermost access follows the vector axis may be packed into panels, and the
+    input read by the tile's rows (A of A^T B) into panels of tile rows.  The
     outermost tile loops are fused and parallelized, led by the axis a decision
     picks (which operand block a thread's consecutive tasks share in cache).
 R3' an anchor that streams an operand along its innermost reduce axis (matrix-vector products,

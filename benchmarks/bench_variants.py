@@ -72,13 +72,14 @@ def main(argv=None) -> int:
     impl = spec.numpy_impl()
     if args.numpy:
         import numpy as np
-        code = compile(args.numpy, "--numpy", "eval")
-        impl = lambda ins: eval(code, {"np": np, "ins": ins})   # noqa: E731,S307 - the user's own expression
         try:
+            code = compile(args.numpy, "--numpy", "eval")
+            impl = lambda ins: eval(code, {"np": np, "ins": ins})   # noqa: E731,S307 - the user's own expression
             got = impl(inputs)
         except Exception as err:  # noqa: BLE001 - the user's expression may raise anything
             sys.exit(f"--numpy: {type(err).__name__}: {err}")
-        if np.shape(got) != np.shape(want[-1]) or not np.allclose(got, want[-1], rtol=1e-3, atol=1e-3 * max(1.0, float(np.abs(want[-1]).max()))):
+        scale = max(1.0, float(np.abs(want[-1]).max()))
+        if np.shape(got) != np.shape(want[-1]) or not np.allclose(got, want[-1], rtol=1e-3, atol=1e-3 * scale):
             sys.exit("--numpy: the expression does not compute the workload's output")
     for threads in map(int, args.threads.split(",")):
         ratios = {text: [] for text in kernels}

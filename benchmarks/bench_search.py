@@ -6,9 +6,10 @@
 
 Strategies: random search (Optuna RandomSampler, no model), Optuna alone (TPE,
 each ask measured) and Optuna + cost model (the default tuner: once the model
-has 24 samples, per measured candidate 2 TPE asks and 4 mutants of the best
-measured schedules; half of each batch is TPE's first asks in its order, the
-other half the XGBoost model's top picks), the same with the model ranking
+has 24 samples, 3 TPE asks per measured candidate; a quarter of each batch is
+TPE's first asks in its order, the rest the XGBoost model's top picks among the
+other asks), the session-13 default (half of each batch the model's picks among
+2 asks and 4 mutants of the best schedules per measured candidate), the default with the model ranking
 from its first training (8 samples, round 2), and the default with transfer:
 its log starts with the records of three other
 workloads (matmul 512, dense, a conv2d of another shape; tuned once per
@@ -57,7 +58,11 @@ STRATEGIES = {"random": ("random", False, {}), "optuna": ("tpe", False, {}),
               "optuna+cost model": ("tpe", True, {}),
               "optuna+cost model+transfer": ("tpe", True, {}),
               # the model ranks from its first training (8 samples; the default waits for 24)
-              "optuna+cost model from round 2": ("tpe", True, {"model_warmup": 0})}
+              "optuna+cost model from round 2": ("tpe", True, {"model_warmup": 0}),
+              # the default up to session 13: half of each batch the model's picks among 2 TPE asks
+              # and 4 mutants of the best schedules per measured candidate
+              "optuna+cost model+mutants": ("tpe", True, {"mutants_per_measure": 4, "asks_per_measure": 2,
+                                                          "epsilon": 0.5})}
 LEARNING_CURVE = (8, 16, 24, 32, 64, 128, 256, 512)
 # Other workloads, tuned once per benchmark run (64 trials each, as `tensortune tune` would) into a
 # log that the "transfer" strategy starts from: its model is pretrained on them before the first round.
@@ -236,7 +241,7 @@ def main(argv=None) -> int:
                        "best_after": {n: best_after(res.history, n) for n in points},
                        "retimed_ratio": ratios[1], "retimed_ratio_top4": ratios[4],
                        "errors": dict(res.errors), "invalid": res.invalid, "asked": res.asked,
-                       "remeasured": res.remeasured}
+                       "remeasured": res.remeasured, "arms": res.arms}
                 out["runs"].append(run)
                 print(json.dumps(run), flush=True)
                 with open(args.out, "w") as f:

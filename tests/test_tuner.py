@@ -597,7 +597,7 @@ def test_seeded_search_is_reproducible_with_asks_prepared_ahead(tmp_path, monkey
 
 
 def test_model_picked_mutants_are_measured_told_to_the_study_and_replay(tmp_path, monkeypatch):
-    """With a trained model, variants of the best schedules compete with the sampler's asks."""
+    """With ``mutants_per_measure``, variants of the best schedules compete with the sampler's asks."""
     import optuna
     import tuner.search as S
     from tuner.measure import MeasureResult, Measurer
@@ -618,8 +618,8 @@ def test_model_picked_mutants_are_measured_told_to_the_study_and_replay(tmp_path
     monkeypatch.setattr(S.Tuner, "_study", keep_study)
     spec = WorkloadSpec.parse("matmul", ["M=64", "N=48", "K=32"])
     log = TuningLog(tmp_path / "l")
-    res = Tuner(spec, small_config(24, model_warmup=0), log=log).run()
-    assert res.trials == 24 and 0 < res.mutants < 24
+    res = Tuner(spec, small_config(24, model_warmup=0, mutants_per_measure=4, epsilon=0.5), log=log).run()
+    assert res.trials == 24 and 0 < res.mutants < 24 and res.arms["model:mutant"][0] > 0
     done = [t for t in studies[0].trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert len(done) == res.trials + res.invalid, "every measurement, mutant or ask, is a completed trial"
     recs = [r for r in log.records() if r.ok and not r.confirmed and not r.remeasured and r.decisions]
@@ -655,13 +655,59 @@ def test_model_ranks_only_after_its_warmup(tmp_path, monkeypatch):
     monkeypatch.setattr(S.Tuner, "_pick", spy_pick)
     spec = WorkloadSpec.parse("matmul", ["M=64", "N=48", "K=32"])
     res = Tuner(spec, small_config(24, model_warmup=12, finalists=0), log=TuningLog(tmp_path / "a")).run()
-    assert ranked_at and min(ranked_at) >= 12 and res.mutants > 0
+    assert ranked_at and min(ranked_at) >= 12 and res.arms["model:ask"][0] > 0
     ranked_at.clear()
     res = Tuner(spec, small_config(24, model_warmup=0, finalists=0), log=TuningLog(tmp_path / "b")).run()
     assert ranked_at and min(ranked_at) < 12, "without a warmup the model ranks from its first training"
     ranked_at.clear()
     res = Tuner(spec, small_config(16, model_warmup=10**6, finalists=0), log=TuningLog(tmp_path / "c")).run()
-    assert ranked_at == [] and res.mutants == 0 and res.trials == 16
+    assert ranked_at == [] and "model:ask" not in res.arms and res.trials == 16
+
+
+def test_by_default_the_model_screens_the_samplers_asks(tmp_path, monkeypatch):
+    """Default: once the model ranks, each batch is the sampler's first asks (an ``epsilon`` share)
+    plus the model's top picks among the other asks; no mutants, every measurement is a trial."""
+    import optuna
+    import tuner.search as S
+    from tuner.measure import MeasureResult, Measurer
+
+    def fake_measure(self, candidates, before_timing=None, screen=True):
+        if before_timing is not None:
+            before_timing()
+        return [MeasureResult(costs=[1e-3 * (1 + hash(str(f)) % 97)], func=f) for f in candidates]
+
+    picks = []     # (pool size, measured, how many of them the sampler's first asks) per ranked round
+    real_pick = S.Tuner._pick
+
+    def spy_pick(self, pool, want, model):
+        picked, rest = real_pick(self, pool, want, model)
+        if model is not None:
+            assert self._n_ask(want, model) == (3 * want, 0), "3 asks per measured candidate, no mutants"
+            picks.append((len(pool), len(picked), sum(c.origin == "sampler" for c in picked)))
+        return picked, rest
+
+    studies = []
+    real_study = S.Tuner._study
+
+    def keep_study(self, previous):
+        studies.append(real_study(self, previous))
+        return studies[-1]
+
+    monkeypatch.setattr(Measurer, "measure", fake_measure)
+    monkeypatch.setattr(S.Tuner, "_pick", spy_pick)
+    monkeypatch.setattr(S.Tuner, "_study", keep_study)
+    spec = WorkloadSpec.parse("matmul", ["M=64", "N=48", "K=32"])
+    cfg = TuneConfig(trials=40, batch_size=8, model_warmup=8, finalists=0, remeasure=1)
+    cfg.measure.repeat, cfg.measure.min_repeat_ms = 2, 2.0
+    res = Tuner(spec, cfg, log=TuningLog(tmp_path / "l")).run()
+    assert res.trials == 40
+    full = [p for p in picks if p[0] > p[1]]
+    assert full, "the model ranked some rounds"
+    for pool, measured, first_asks in full:
+        assert pool > measured and first_asks == 2, (pool, measured, first_asks)   # 8 x 0.25
+    assert res.arms["model:ask"][0] + res.arms.get("model:mutant", [0])[0] == sum(m - f for _, m, f in full)
+    done = [t for t in studies[0].trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(done) == res.trials + res.invalid, "every measured candidate is one of the sampler's trials"
 
 
 @pytest.mark.parametrize("remeasure", [3, 1])

@@ -6,19 +6,26 @@ Each round measures ``batch_size`` candidates:
    candidate once the cost model ranks, i.e. is trained on ``model_warmup``
    samples of this or, for transfer, other workloads; else one); each trial's
    decisions build a schedule through the search space and are lowered (an
-   illegal combination is recorded as an invalid candidate).  Once the model ranks,
-   ``mutants_per_measure`` *mutants* per measured candidate join them:
-   one or two decisions of one of the best measured schedules changed (local
-   search, as MetaSchedule's evolutionary search does; the sampler alone
-   samples near good regions but rarely refines the best point).  From the
-   second round on, this runs in a thread while the previous round compiles
-   (it pauses while kernels are timed, and completes before the previous
-   round's results are told, so each round's asks see the history up to two
-   rounds back, whatever the timing);
+   illegal combination is recorded as an invalid candidate).  From the second
+   round on, this runs in a thread while the previous round compiles (it
+   pauses while kernels are timed, and completes before the previous round's
+   results are told, so each round's asks see the history up to two rounds
+   back, whatever the timing);
 2. the sampler's first asks, an ``epsilon`` share of the batch, are measured
    as the sampler ordered them (exploration the model cannot veto); the rest
-   of the batch is the top of the XGBoost model's ranking of all other asks
-   and mutants (before the model's warmup, the sampler's order is kept);
+   of the batch is the top of the XGBoost model's ranking of the other asks
+   (before the model's warmup, the sampler's order is kept).  **The model
+   screens the sampler's proposals; it does not replace them.**  With 3 asks
+   per measured candidate and a quarter of the batch left to the sampler,
+   every measured candidate is one of TPE's proposals and TPE learns from all
+   of them.  Up to session 13 half of each batch was the model's picks among
+   asks *and mutants* of the best schedules (``mutants_per_measure``, one or
+   two decisions of one of the best changed, as MetaSchedule's evolutionary
+   search does); the model then picked mostly mutants, near-copies of the best
+   schedule, and TPE alone was level or ahead at up to 128 trials.  Screening
+   asks only found faster schedules than TPE alone (benchmarks/RESULTS.md,
+   session 14); mutants remain available (``mutants_per_measure > 0``) and
+   always stand in for asks that repeat a measured schedule;
 3. measured trials are told their GFLOP/s (0 for a failed candidate, so the
    sampler learns to avoid it); a measured mutant is added to the study as a
    completed trial.  **Unmeasured asks are told FAIL**: Optuna's samplers
@@ -78,9 +85,9 @@ class TuneConfig:
     """How a tuning run searches.  Defaults suit a 64-trial run on a few cores."""
     trials: int = 64                 # measured candidates (invalid ones are not counted)
     batch_size: int = 8              # candidates measured per round
-    asks_per_measure: int = 2        # sampler asks per measured candidate, once the model ranks them
-    mutants_per_measure: int = 4     # variants of the best measured schedules per measured candidate
-    epsilon: float = 0.5             # share of each batch measured in the sampler's order (exploration)
+    asks_per_measure: int = 3        # sampler asks per measured candidate, once the model ranks them
+    mutants_per_measure: int = 0     # variants of the best measured schedules per measured candidate
+    epsilon: float = 0.25            # share of each batch measured in the sampler's order (exploration)
     sampler: str = "tpe"
     seed: int = 0
     cost_model: bool = True
@@ -109,6 +116,7 @@ class Candidate:
     features: object = None
     error: MeasureResult | None = None
     choices: dict = field(default_factory=dict)   # decision name -> the choices it was offered
+    origin: str = "ask"      # "ask" (the sampler's) or "mutant"; once picked, the arm that chose it
 
 
 @dataclass
@@ -127,6 +135,7 @@ class TuneResult:
     mutants: int = 0                 # measured mutants (model picks, or stand-ins for repeated asks)
     finalists: list = field(default_factory=list)  # (GFLOP/s while tuning, confirmed GFLOP/s), final order
     remeasured: int = 0              # repeated measurements of the fastest schedules (not trials)
+    arms: dict = field(default_factory=dict)  # who chose the measured candidates: arm -> [measured, new bests]
 
     @property
     def best_gflops(self) -> float:
@@ -522,6 +531,7 @@ class Tuner:
                         if model is not None and key in rows:
                             model.relabel(rows[key], st.estimate(key))
                     feats, thr, keys = [], [], []
+                    round_best = st.best_estimate()
                     for cand, res in zip(picked, results):
                         rec = self._record(cand, res)
                         if self.log is not None:
@@ -539,6 +549,9 @@ class Tuner:
                             cands[st.add_score(gf, cand.decisions)] = cand
                             if best is None or rec.rank_key < best.rank_key:
                                 best = rec
+                        arm = st.arms.setdefault(cand.origin, [0, 0])
+                        arm[0] += 1
+                        arm[1] += gf > round_best
                         measured += 1
                         history.append((measured, time.perf_counter() - start, gf, st.best_estimate()))
                         feats.append(cand.features)
@@ -574,7 +587,7 @@ class Tuner:
                 pass  # the model is a cache; the log holds the data
         return TuneResult(self.spec, best, measured, len(previous), st.errors, st.invalid, st.asked, history,
                           time.perf_counter() - start, str(self.log.path) if self.log is not None else None,
-                          stop_reason, st.mutants, finalists, st.remeasured)
+                          stop_reason, st.mutants, finalists, st.remeasured, st.arms)
 
     def _again(self, st, cands: dict) -> list:
         """This run's ``remeasure_top`` fastest schedules (by estimate) that have fewer than ``remeasure`` measurements."""
@@ -600,6 +613,8 @@ class Tuner:
         trained model, the sampler's order is kept.
         """
         if model is None or len(pool) <= want:
+            for c in pool[:want]:
+                c.origin = ("sampler" if model is not None else "unranked") if c.origin == "ask" else "stand-in"
             return pool[:want], pool[want:]
         n_explore = min(want - 1, max(1, round(want * self.config.epsilon))) if want > 1 else 0
         explore = [i for i, c in enumerate(pool) if c.trial is not None][:n_explore]
@@ -607,6 +622,10 @@ class Tuner:
         scores = model.predict(np.stack([pool[i].features for i in others]))
         ranked = [others[j] for j in sorted(range(len(others)), key=lambda j: -scores[j])]
         chosen = explore + ranked[:want - len(explore)]
+        for i in explore:
+            pool[i].origin = "sampler"
+        for i in ranked[:want - len(explore)]:
+            pool[i].origin = "model:" + pool[i].origin
         taken = set(chosen)
         return [pool[i] for i in chosen], [pool[i] for i in range(len(pool)) if i not in taken]
 
@@ -623,6 +642,7 @@ class _RunState:
     stale: int = 0                              # consecutive asks that brought nothing new
     scores: dict = field(default_factory=dict)  # decision key -> (decisions, [GFLOP/s of each measurement])
     mutants: int = 0                            # mutants measured
+    arms: dict = field(default_factory=dict)    # arm -> [measured, beat the best at their round's start]
     remeasured: int = 0                         # repeated measurements
 
     def add_score(self, gflops: float, decisions: dict) -> str:
@@ -740,6 +760,7 @@ class _Asker:
         names = sorted(parent)
         mutate = rng.sample(names, min(len(names), 1 if rng.random() < 0.7 else 2))
         cand = self.tuner._prepare(None, src=MutatedDecisions(parent, mutate, rng))
+        cand.origin = "mutant"
         return cand.error is None and self._is_new(cand)
 
     def run(self) -> None:

@@ -455,7 +455,8 @@ def test_cli_tune_json_and_report(tmp_path, capsys):
         assert key in obj
     assert obj["workload"] == "matmul" and obj["params"]["M"] == 32 and obj["trials"] == 3
     assert obj["best_gflops"] > 0 and obj["numpy_gflops"] > 0 and obj["log"].endswith("cli.jsonl")
-    assert "s = Schedule(tensors)" in out
+    assert sum(v["measured"] for v in obj["chosen_by"].values()) == obj["trials"]
+    assert "s = Schedule(tensors)" in out and "chosen by     Optuna unscreened 3" in out
     code, out, err = run_cli(capsys, "report", "--log", log)
     assert code == 0 and "matmul(M=32, N=24, K=20" in out and "why it is fast" in out
 

@@ -187,6 +187,7 @@ def cmd_tune(args) -> int:
            "best_gflops": None, "best_latency_s": None, "default_gflops": None, "numpy_gflops": None,
            "errors": dict(result.errors), "invalid": result.invalid, "asked": result.asked,
            "remeasured": result.remeasured,
+           "chosen_by": {arm: {"measured": n, "new_best": w} for arm, (n, w) in result.arms.items()},
            "tune_seconds": round(result.tune_seconds, 3), "log": log.path, "stop_reason": result.stop_reason}
     t90 = result.time_to_fraction(0.9)
     out["time_to_90pct"] = {"trials": t90[0], "seconds": round(t90[1], 3)} if t90 else None
@@ -224,6 +225,9 @@ def cmd_tune(args) -> int:
     if result.finalists:
         print(f"confirmed     the {len(result.finalists)} fastest re-timed side by side (GFLOP/s while tuning -> "
               "re-timed): " + ", ".join(f"{a:.1f} -> {b:.1f}" for a, b in result.finalists))
+    if result.arms:
+        print("chosen by     " + ", ".join(f"{ARMS.get(arm, arm)} {n} ({w} new best{'s' if w != 1 else ''})"
+                                           for arm, (n, w) in result.arms.items()))
     if t90:
         print(f"90% of best   after {t90[0]} trials, {t90[1]:.1f} s")
     print(f"log           {log.path}")
@@ -234,6 +238,12 @@ def cmd_tune(args) -> int:
     if args.json:
         print(json.dumps(out))
     return 0
+
+
+# who chose the measured candidates (TuneResult.arms); a "new best" beat the best of the rounds before
+ARMS = {"unranked": "Optuna unscreened", "sampler": "Optuna's first asks",
+        "model:ask": "the cost model's picks among Optuna's asks", "model:mutant": "the cost model's picks among mutants",
+        "stand-in": "mutants standing in for repeated asks"}
 
 
 def cmd_report(args) -> int:

@@ -614,7 +614,7 @@ class Tuner:
         """
         if model is None or len(pool) <= want:
             for c in pool[:want]:
-                c.origin = ("sampler" if model is not None else "unranked") if c.origin == "ask" else "stand-in"
+                c.origin = "unranked" if c.origin == "ask" else "stand-in"    # nothing for the model to screen
             return pool[:want], pool[want:]
         n_explore = min(want - 1, max(1, round(want * self.config.epsilon))) if want > 1 else 0
         explore = [i for i, c in enumerate(pool) if c.trial is not None][:n_explore]

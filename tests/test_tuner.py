@@ -597,10 +597,8 @@ def test_seeded_search_is_reproducible_with_asks_prepared_ahead(tmp_path, monkey
     assert len(runs[0]) >= 16 and runs[0] == runs[1]
 
 
-def test_model_picked_mutants_are_measured_told_to_the_study_and_replay(tmp_path, monkeypatch):
-    """With ``mutants_per_measure``, variants of the best schedules compete with the sampler's asks."""
-    import optuna
-    import tuner.search as S
+def _fake_timings(monkeypatch):
+    """Measurements replaced by a fixed cost per loop nest (no compilation, no timing)."""
     from tuner.measure import MeasureResult, Measurer
 
     def fake_measure(self, candidates, before_timing=None, screen=True):
@@ -608,15 +606,28 @@ def test_model_picked_mutants_are_measured_told_to_the_study_and_replay(tmp_path
             before_timing()
         return [MeasureResult(costs=[1e-3 * (1 + hash(str(f)) % 97)], func=f) for f in candidates]
 
-    studies = []
-    real_study = S.Tuner._study
+    monkeypatch.setattr(Measurer, "measure", fake_measure)
+
+
+def _keep_studies(monkeypatch) -> list:
+    """The Optuna studies the tuner creates, appended to the returned list."""
+    import tuner.search as S
+    studies, real_study = [], S.Tuner._study
 
     def keep_study(self, previous):
         studies.append(real_study(self, previous))
         return studies[-1]
 
-    monkeypatch.setattr(Measurer, "measure", fake_measure)
     monkeypatch.setattr(S.Tuner, "_study", keep_study)
+    return studies
+
+
+def test_model_picked_mutants_are_measured_told_to_the_study_and_replay(tmp_path, monkeypatch):
+    """With ``mutants_per_measure``, variants of the best schedules compete with the sampler's asks."""
+    import optuna
+
+    studies = _keep_studies(monkeypatch)
+    _fake_timings(monkeypatch)
     spec = WorkloadSpec.parse("matmul", ["M=64", "N=48", "K=32"])
     log = TuningLog(tmp_path / "l")
     res = Tuner(spec, small_config(24, model_warmup=0, mutants_per_measure=4, epsilon=0.5), log=log).run()
@@ -637,12 +648,6 @@ def test_model_picked_mutants_are_measured_told_to_the_study_and_replay(tmp_path
 def test_model_ranks_only_after_its_warmup(tmp_path, monkeypatch):
     """``model_warmup``: until the model has that many samples, the sampler's asks alone are measured."""
     import tuner.search as S
-    from tuner.measure import MeasureResult, Measurer
-
-    def fake_measure(self, candidates, before_timing=None, screen=True):
-        if before_timing is not None:
-            before_timing()
-        return [MeasureResult(costs=[1e-3 * (1 + hash(str(f)) % 97)], func=f) for f in candidates]
 
     ranked_at = []      # the model's sample count whenever it picked a round
     real_pick = S.Tuner._pick
@@ -652,7 +657,7 @@ def test_model_ranks_only_after_its_warmup(tmp_path, monkeypatch):
             ranked_at.append(model.n_samples)
         return real_pick(self, pool, want, model)
 
-    monkeypatch.setattr(Measurer, "measure", fake_measure)
+    _fake_timings(monkeypatch)
     monkeypatch.setattr(S.Tuner, "_pick", spy_pick)
     spec = WorkloadSpec.parse("matmul", ["M=64", "N=48", "K=32"])
     res = Tuner(spec, small_config(24, model_warmup=12, finalists=0), log=TuningLog(tmp_path / "a")).run()
@@ -670,12 +675,6 @@ def test_by_default_the_model_screens_the_samplers_asks(tmp_path, monkeypatch):
     plus the model's top picks among the other asks; no mutants, every measurement is a trial."""
     import optuna
     import tuner.search as S
-    from tuner.measure import MeasureResult, Measurer
-
-    def fake_measure(self, candidates, before_timing=None, screen=True):
-        if before_timing is not None:
-            before_timing()
-        return [MeasureResult(costs=[1e-3 * (1 + hash(str(f)) % 97)], func=f) for f in candidates]
 
     picks = []     # (pool size, measured, how many of them the sampler's first asks) per ranked round
     real_pick = S.Tuner._pick
@@ -687,16 +686,9 @@ def test_by_default_the_model_screens_the_samplers_asks(tmp_path, monkeypatch):
             picks.append((len(pool), len(picked), sum(c.origin == "sampler" for c in picked)))
         return picked, rest
 
-    studies = []
-    real_study = S.Tuner._study
-
-    def keep_study(self, previous):
-        studies.append(real_study(self, previous))
-        return studies[-1]
-
-    monkeypatch.setattr(Measurer, "measure", fake_measure)
+    studies = _keep_studies(monkeypatch)
+    _fake_timings(monkeypatch)
     monkeypatch.setattr(S.Tuner, "_pick", spy_pick)
-    monkeypatch.setattr(S.Tuner, "_study", keep_study)
     spec = WorkloadSpec.parse("matmul", ["M=64", "N=48", "K=32"])
     cfg = TuneConfig(trials=40, batch_size=8, model_warmup=8, finalists=0, remeasure=1)
     cfg.measure.repeat, cfg.measure.min_repeat_ms = 2, 2.0

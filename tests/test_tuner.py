@@ -490,6 +490,7 @@ def space(cfg, s):
     (["tune", "matmul", "--seed", "-5"], r"--seed must be an integer in \[0, 2\*\*32\)"),
     (["tune", "ops.py"], r"looks like a file: name the function.*ops\.py:function"),
     (["report", "--top", "-2"], r"--top must be a positive integer, got -2"),
+    (["report", "--log", "/no/such/tuning.jsonl"], r"tuning log /no/such/tuning.jsonl not found"),
 ])
 def test_cli_bad_input_is_one_line_exit_2(capsys, args, pattern):
     code, out, err = run_cli(capsys, *args)

@@ -477,6 +477,13 @@ def space(cfg, s):
     assert obj["numpy_gflops"] is None and obj["best_gflops"] > 0
 
 
+@pytest.mark.parametrize("seconds,text", [(2.5, "2.500 s"), (0.0123, "12.300 ms"), (1.37e-4, "0.137 ms"),
+                                          (8.2e-5, "82.00 us"), (5.1e-7, "0.51 us")])
+def test_latencies_print_in_a_unit_that_keeps_their_digits(seconds, text):
+    from tuner.report import format_latency
+    assert format_latency(seconds) == text
+
+
 @pytest.mark.parametrize("args,pattern", [
     (["tune", "matmulx"], r"unknown workload"),
     (["tune", "matmul", "Q=3"], r"Q"),

@@ -135,6 +135,7 @@ def cmd_tune(args) -> int:
 
     from tensorir.evaluate import EvaluateError
 
+    from .report import format_latency
     from .search import StorageError, TuneConfig, Tuner
     from .spec import SpecError, WorkloadSpec
     if args.trials < 1:
@@ -205,22 +206,23 @@ def cmd_tune(args) -> int:
                finalists=[{"tuning_gflops": round(a, 3), "confirmed_gflops": round(b, 3)} for a, b in result.finalists])
     from schedules import Schedule
     sch = Schedule.from_json(spec.tensors(), best.trace)
-    print(f"workload      {spec.label}  ({spec.flops / 1e9:.3f} GFLOP, threads={threads})")
+    work = f"{spec.flops / 1e9:.3f} GFLOP" if spec.flops >= 1e7 else f"{spec.flops:,.0f} FLOP"
+    print(f"workload      {spec.label}  ({work}, threads={threads})")
     print(f"trials        {result.trials} measured in {result.tune_seconds:.1f} s "
           f"({result.invalid} invalid of {result.asked} asked; errors: {dict(result.errors) or 'none'})"
           + (f"; {result.remeasured} repeat measurements of the fastest" if result.remeasured else "")
           + (f"; {result.resumed} earlier records resumed" if result.resumed else ""))
     if result.stop_reason:
         print(f"stopped early: {result.stop_reason}")
-    print(f"best          {tuned_s * 1e3:.3f} ms  {gf(tuned_s):.1f} GFLOP/s  (timed again here, side by side)")
+    print(f"best          {format_latency(tuned_s)}  {gf(tuned_s):.1f} GFLOP/s  (timed again here, side by side)")
     if tuned_s > 2 * best.median_cost:
-        print(f"note          while tuning it measured {best.median_cost * 1e3:.3f} ms "
+        print(f"note          while tuning it measured {format_latency(best.median_cost)} "
               f"({best.gflops or 0:.1f} GFLOP/s); the re-timing ran {tuned_s / best.median_cost:.1f}x slower: "
               "the machine may be busy, or a tiny kernel's call overhead dominates")
     if numpy_s:
-        print(f"numpy         {numpy_s * 1e3:.3f} ms  {gf(numpy_s):.1f} GFLOP/s  -> tuned/numpy "
+        print(f"numpy         {format_latency(numpy_s)}  {gf(numpy_s):.1f} GFLOP/s  -> tuned/numpy "
               f"{numpy_s / tuned_s:.2f}x")
-    print(f"default       {default_s * 1e3:.3f} ms  {gf(default_s):.2f} GFLOP/s  -> tuned/default "
+    print(f"default       {format_latency(default_s)}  {gf(default_s):.2f} GFLOP/s  -> tuned/default "
           f"{default_s / tuned_s:.1f}x")
     if result.finalists:
         print(f"confirmed     the {len(result.finalists)} fastest re-timed side by side (GFLOP/s while tuning -> "

@@ -31,6 +31,15 @@ def explain(func) -> list:
     return facts
 
 
+def format_latency(seconds: float) -> str:
+    """A kernel latency in s, ms (down to 0.1 ms) or us, with at least three significant digits."""
+    if seconds >= 1:
+        return f"{seconds:.3f} s"
+    if seconds >= 1e-4:
+        return f"{seconds * 1e3:.3f} ms"
+    return f"{seconds * 1e6:.2f} us"
+
+
 def _spec_for(rec):
     from .spec import SpecError, WorkloadSpec
     try:
@@ -80,7 +89,7 @@ def report(log_paths=None, workload: str | None = None, params=(), top: int = 3,
         for rank, r in enumerate(best, 1):
             gf = f"{r.gflops:8.1f} GFLOP/s" if r.gflops else "         -"
             how = "confirmed" if r.confirmed else "measured"
-            out.append(f"   #{rank} {r.median_cost * 1e3:9.3f} ms {gf}   {how} {r.timestamp}")
+            out.append(f"   #{rank} {format_latency(r.median_cost):>12} {gf}   {how} {r.timestamp}")
         if not best:
             continue
         spec = _spec_for(best[0])

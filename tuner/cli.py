@@ -270,7 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "path/to/file.py:function) with NAME=VALUE parameters.")
     t.add_argument("workload")
     t.add_argument("params", nargs="*", metavar="NAME=VALUE")
-    t.add_argument("--trials", type=int, default=64, help="measured candidates (default 64)")
+    t.add_argument("--trials", type=int, default=64, help="new candidates to measure in this run, on top of any already in the log (default 64)")
     t.add_argument("--log", help="tuning log (default: the per-user log that builds read)")
     t.add_argument("--storage", help="Optuna storage URL (default: SQLite file next to the log)")
     t.add_argument("--threads", type=int, help="kernel threads (default: all cores)")

@@ -1,6 +1,7 @@
 """The generated space's rfactor option: offered for reductions that stream an operand along the
-reduce axis (matrix-vector products, row norms), never for GEMM-like workloads, and every choice
-computes what numpy computes."""
+reduce axis (matrix-vector products, row norms, the row reductions of softmax and layer_norm inside
+their consumer's row loop), never for GEMM-like workloads or reductions down columns, and every
+choice computes what numpy computes."""
 from __future__ import annotations
 
 import numpy as np
@@ -69,12 +70,54 @@ def test_rfactor_is_not_offered_where_outputs_share_operands(workload, params):
     assert _offered(WorkloadSpec.parse(workload, params).tensors(), seeds=range(8)) == {}
 
 
-def test_row_reductions_of_normalizations_keep_their_heuristic_start():
-    # softmax / layer_norm rows are reduced inside the output's loop (hosted); rfactor is only
-    # offered where a branch of the space leaves such a reduction a root stage of its own
-    for name in ("softmax", "layer_norm"):
-        start = GeneratedSpace(WorkloadSpec.parse(name, []).tensors(), AVX2).default_decisions()
-        assert not [k for k in start if k.endswith(".rfactor")]
+def column_max_normalized(M=13, N=40):
+    """A reduction inside its consumer's row loop that reads down the columns (not contiguous)."""
+    X = te.placeholder((M, N), "float32", "X")
+    k = te.reduce_axis(M, "k")
+    c = te.compute((N,), lambda j: te.max(X[k, j], axis=k), "c")
+    return [X, te.compute((M, N), lambda i, j: X[i, j] / c[j], "out")]
+
+
+@pytest.mark.parametrize("name", ["softmax", "layer_norm"])
+def test_row_reductions_inside_their_consumer_are_vector_partials_at_the_heuristic_start(name):
+    # softmax / layer_norm rows are reduced inside the output's row loop (hosted): factored into
+    # one vector of partial results along the contiguous row, computed in that loop
+    space = GeneratedSpace(WorkloadSpec.parse(name, []).tensors(), AVX2)
+    start = space.default_decisions()
+    factored = [k for k in start if k.endswith(".rfactor")]
+    assert len(factored) == 2 and all(start[k] == 8 for k in factored)
+    s = space.apply(FixedDecisions(start))
+    for k in factored:
+        rf = s.state.stage(k.split(".")[0] + "_rf")
+        assert rf.attach.kind == "at" and rf.attach.stage == "Y"
+        assert rf.ann.get(rf.leaf[-1]) is ForKind.VECTORIZED and rf.leaf[-1].startswith("k_v")
+
+
+def test_row_rfactor_is_not_offered_for_reductions_down_the_columns():
+    space = GeneratedSpace(column_max_normalized(), AVX2)
+    for seed in range(8):
+        src = RandomDecisions(seed)
+        space.apply(src)
+        assert not [k for k in src.choices if k.endswith(".rfactor")]
+        check_against_evaluator(space.apply(RandomDecisions(seed)))
+
+
+@pytest.mark.parametrize("workload, params", [
+    ("softmax", ["rows=5", "cols=37"]), ("softmax", ["rows=3", "cols=8"]),
+    ("layer_norm", ["rows=4", "cols=100"]), ("layer_norm", ["rows=3", "cols=41", "dtype=float64"])])
+def test_every_row_rfactor_choice_computes_what_numpy_computes(workload, params):
+    tensors = WorkloadSpec.parse(workload, params).tensors()
+    space = GeneratedSpace(tensors, AVX2)
+    offered = {}
+    for seed in range(6):
+        src = RandomDecisions(seed)
+        check_against_evaluator(space.apply(src), rtol=1e-4, atol=1e-5)
+        offered.update({k: v for k, v in src.choices.items() if k.endswith(".rfactor")})
+    assert offered, "a row reduction inside its consumer is offered rfactor"
+    start = space.default_decisions()
+    for name, choices in offered.items():
+        for f in choices:
+            check_against_evaluator(space.apply(FixedDecisions({**start, name: f})), rtol=1e-4, atol=1e-5)
 
 
 def test_rfactor_is_not_offered_when_the_axis_is_shorter_than_a_vector():

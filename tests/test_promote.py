@@ -175,6 +175,28 @@ def test_vector_exp_is_accurate_over_the_whole_float32_range(lanes):
     assert ulps.max() <= 2.0, ulps.max()
 
 
+@pytest.mark.parametrize("lanes", [16, 8, 5])
+def test_vector_tanh_is_accurate_over_the_whole_float32_range(lanes):
+    """The SIMD tanh (polynomial below 0.625, exp above): a few ulp from tanh, specials as numpy."""
+    n = 4080
+    A, B = buf("A", (n,)), buf("B", (n,))
+    i, j = Var("i"), Var("j")
+    idx = Binary(BinOp.ADD, Binary(BinOp.MUL, i, Const(lanes, "int32")), j)
+    body = loop(i, n // lanes, loop(j, lanes, st(B, [idx], Unary(UnOp.TANH, ld(A, idx))), VECTORIZED))
+    specials = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40, -1e-30, 0.6249999, 0.625, -0.625,
+                         9.0, 44.0, 45.0, -90.0, 1e30], np.float32)
+    a = np.concatenate([specials, rng.uniform(-1, 1, 1000).astype(np.float32),
+                        rng.uniform(-12, 12, n - len(specials) - 1000).astype(np.float32)])
+    out = np.empty_like(a)
+    run(PrimFunc(f"vtanh{lanes}", (A, B), body), a, out)
+    want = np.tanh(a.astype(np.float64))
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(want))
+    assert np.signbit(out[4]) and out[3] == 0.0 and out[5] == a[5]          # -0.0, 0.0, a denormal
+    fin = ~np.isnan(want)
+    ulps = np.abs(out[fin].astype(np.float64) - want[fin]) / np.spacing(np.abs(want[fin]).astype(np.float32))
+    assert ulps.max() <= 3.0, (ulps.max(), a[fin][ulps.argmax()])
+
+
 def test_accumulator_tiles_are_promoted_around_invariant_loops_and_repeated_bodies():
     """acc[i1, j] updated under serial c/r loops (invariant) and an unrolled k (repeated) -> LOCAL tiles."""
     from tensorir.promote import invariant_elements, promote, repeated_tiles

@@ -606,9 +606,9 @@ class FunctionGen(Addressing, ParallelRegions):
             return bld.not_(a)
         if op is UnOp.EXP:
             return self.exp(a)
-        if op is UnOp.TANH and isinstance(a.type, ir.VectorType) and a.type.element == F32:
-            from .codegen_vector import vector_tanh
-            return vector_tanh(self, a)
+        if op in (UnOp.TANH, UnOp.LOG) and isinstance(a.type, ir.VectorType) and a.type.element == F32:
+            from .codegen_vector import vector_log, vector_tanh
+            return (vector_tanh if op is UnOp.TANH else vector_log)(self, a)
         if op in _FLOAT_INTRINSIC:
             return self.call_intrinsic(f"llvm.{_FLOAT_INTRINSIC[op]}.{type_suffix(a.type)}", a.type, [a])
         if op is UnOp.SIGMOID:

@@ -288,3 +288,38 @@ def vector_tanh(fg: FunctionGen, x):
     out = b.select(b.fcmp_ordered("<", a, f(0.625)), small, big)
     return fg.call_intrinsic(f"llvm.copysign.v{n}f32", x.type, [out, x])    # odd: the sign of x, -0.0 too
 
+
+def vector_log(fg: FunctionGen, x):
+    """``log(x)`` of a float32 vector ``x`` as SIMD code (LLVM calls ``logf`` once per lane).
+
+    Cephes' ``logf``: ``x = m * 2**e`` with ``m`` in ``[sqrt(1/2), sqrt(2))`` read off the
+    exponent bits (denormals scaled by ``2**23`` first), a degree-9 polynomial for
+    ``log(m)``, and ``e * ln2`` added in two parts.  ``log(0) = -inf``, ``log(inf) = inf``,
+    NaN for negative ``x`` and for NaN.  Within 1 ulp of log in tests/test_promote.py.
+    """
+    b, n = fg.b, x.type.count
+    vty, ity = x.type, ir.VectorType(I32, n)
+    f = lambda v: _splat(F32, v, n)                     # noqa: E731
+    i32 = lambda v: ir.Constant(ity, [v] * n)            # noqa: E731
+    fl = dict(flags=FP_FLAGS)
+    den = b.fcmp_ordered("<", x, f(1.1754943508222875e-38))
+    xs = b.select(den, b.fmul(x, f(8388608.0)), x)
+    bits = b.bitcast(xs, ity)
+    e = b.sub(b.and_(b.lshr(bits, i32(23)), i32(0xFF)), b.select(den, i32(126 + 23), i32(126)))
+    m = b.bitcast(b.or_(b.and_(bits, i32(0x807FFFFF)), i32(0x3F000000)), vty)     # in [0.5, 1)
+    lo = b.fcmp_ordered("<", m, f(0.707106781186547524))
+    e = b.sitofp(b.sub(e, b.zext(lo, ity)), vty)
+    m = b.fsub(b.select(lo, b.fadd(m, m), m), f(1.0))
+    z = b.fmul(m, m, **fl)
+    y = f(7.0376836292e-2)
+    for c in (-1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1, 1.4249322787e-1,
+              -1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1):
+        y = fg.call_intrinsic(f"llvm.fmuladd.v{n}f32", vty, [y, m, f(c)])
+    y = b.fmul(b.fmul(y, m, **fl), z, **fl)
+    y = fg.call_intrinsic(f"llvm.fmuladd.v{n}f32", vty, [e, f(-2.12194440e-4), y])
+    y = fg.call_intrinsic(f"llvm.fmuladd.v{n}f32", vty, [z, f(-0.5), y])
+    out = fg.call_intrinsic(f"llvm.fmuladd.v{n}f32", vty, [e, f(0.693359375), b.fadd(m, y, **fl)])
+    out = b.select(b.fcmp_ordered("==", x, f(float("inf"))), x, out)
+    out = b.select(b.fcmp_ordered("==", x, f(0.0)), f(float("-inf")), out)
+    return b.select(b.fcmp_unordered("<", x, f(0.0)), f(float("nan")), out)     # x < 0 or NaN
+

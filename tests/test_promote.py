@@ -197,6 +197,30 @@ def test_vector_tanh_is_accurate_over_the_whole_float32_range(lanes):
     assert ulps.max() <= 3.0, (ulps.max(), a[fin][ulps.argmax()])
 
 
+@pytest.mark.parametrize("lanes", [16, 8, 5])
+def test_vector_log_is_accurate_over_the_whole_float32_range(lanes):
+    """The SIMD log (exponent bits + polynomial): a few ulp from log, specials and denormals as numpy."""
+    n = 4080
+    A, B = buf("A", (n,)), buf("B", (n,))
+    i, j = Var("i"), Var("j")
+    idx = Binary(BinOp.ADD, Binary(BinOp.MUL, i, Const(lanes, "int32")), j)
+    body = loop(i, n // lanes, loop(j, lanes, st(B, [idx], Unary(UnOp.LOG, ld(A, idx))), VECTORIZED))
+    specials = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, -1.0, 1.0, 1e-45, 3e-39, 1.1754942e-38,
+                         1.1754944e-38, 0.70710677, 0.7071068, 3.4e38, 1.0000001, 0.99999994], np.float32)
+    a = np.concatenate([specials, rng.uniform(0.5, 2.0, 1000).astype(np.float32),
+                        (10.0 ** rng.uniform(-44, 38, n - len(specials) - 1000)).astype(np.float32)])
+    out = np.empty_like(a)
+    run(PrimFunc(f"vlog{lanes}", (A, B), body), a, out)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        want = np.log(a.astype(np.float64))
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(want))
+    np.testing.assert_array_equal(out[np.isinf(want)], want[np.isinf(want)])
+    fin = np.isfinite(want)
+    ulps = np.abs(out[fin].astype(np.float64) - want[fin]) / np.spacing(np.abs(want[fin]).astype(np.float32))
+    ulps[want[fin] == 0] = np.abs(out[fin][want[fin] == 0]) / np.spacing(np.float32(0))   # log(1) == 0 exactly
+    assert ulps.max() <= 3.0, (ulps.max(), a[fin][ulps.argmax()])
+
+
 def test_accumulator_tiles_are_promoted_around_invariant_loops_and_repeated_bodies():
     """acc[i1, j] updated under serial c/r loops (invariant) and an unrolled k (repeated) -> LOCAL tiles."""
     from tensorir.promote import invariant_elements, promote, repeated_tiles

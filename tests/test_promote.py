@@ -153,19 +153,26 @@ def test_attached_stage_is_not_versioned_again_inside_the_full_tile_copy():
     np.testing.assert_allclose(o, a @ b, rtol=1e-4, atol=1e-4)
 
 
+def _run_unary(op, lanes: int, a):
+    """``op(a)`` through a loop nest whose inner loop is ``lanes`` wide and vectorized."""
+    n = len(a)
+    A, B = buf("A", (n,)), buf("B", (n,))
+    i, j = Var("i"), Var("j")
+    idx = Binary(BinOp.ADD, Binary(BinOp.MUL, i, Const(lanes, "int32")), j)
+    body = loop(i, n // lanes, loop(j, lanes, st(B, [idx], Unary(op, ld(A, idx))), VECTORIZED))
+    out = np.empty_like(a)
+    run(PrimFunc(f"unary{lanes}", (A, B), body), a, out)
+    return out
+
+
 @pytest.mark.parametrize("lanes", [16, 8, 5])
 def test_vector_exp_is_accurate_over_the_whole_float32_range(lanes):
     """The SIMD exp polynomial: <= 2 ulp from numpy's exp, inf/0/NaN/denormals as numpy."""
     n = 4080                                  # a multiple of every lane count tested
-    A, B = buf("A", (n,)), buf("B", (n,))
-    i, j = Var("i"), Var("j")
-    idx = Binary(BinOp.ADD, Binary(BinOp.MUL, i, Const(lanes, "int32")), j)
-    body = loop(i, n // lanes, loop(j, lanes, st(B, [idx], Unary(UnOp.EXP, ld(A, idx))), VECTORIZED))
     specials = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 88.72, 88.73, -103.9, -104.0, 1e-30,
                          -87.3, -100.5], np.float32)
     a = np.concatenate([specials, rng.uniform(-104, 89, n - len(specials)).astype(np.float32)])
-    out = np.empty_like(a)
-    run(PrimFunc(f"vexp{lanes}", (A, B), body), a, out)
+    out = _run_unary(UnOp.EXP, lanes, a)
     with np.errstate(over="ignore"):
         want = np.exp(a)
     np.testing.assert_array_equal(np.isnan(out), np.isnan(want))
@@ -178,17 +185,12 @@ def test_vector_exp_is_accurate_over_the_whole_float32_range(lanes):
 @pytest.mark.parametrize("lanes", [16, 8, 5])
 def test_vector_tanh_is_accurate_over_the_whole_float32_range(lanes):
     """The SIMD tanh (polynomial below 0.625, exp above): a few ulp from tanh, specials as numpy."""
-    n = 4080
-    A, B = buf("A", (n,)), buf("B", (n,))
-    i, j = Var("i"), Var("j")
-    idx = Binary(BinOp.ADD, Binary(BinOp.MUL, i, Const(lanes, "int32")), j)
-    body = loop(i, n // lanes, loop(j, lanes, st(B, [idx], Unary(UnOp.TANH, ld(A, idx))), VECTORIZED))
+    n = 4080                                  # a multiple of every lane count tested
     specials = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40, -1e-30, 0.6249999, 0.625, -0.625,
                          9.0, 44.0, 45.0, -90.0, 1e30], np.float32)
     a = np.concatenate([specials, rng.uniform(-1, 1, 1000).astype(np.float32),
                         rng.uniform(-12, 12, n - len(specials) - 1000).astype(np.float32)])
-    out = np.empty_like(a)
-    run(PrimFunc(f"vtanh{lanes}", (A, B), body), a, out)
+    out = _run_unary(UnOp.TANH, lanes, a)
     want = np.tanh(a.astype(np.float64))
     np.testing.assert_array_equal(np.isnan(out), np.isnan(want))
     assert np.signbit(out[4]) and out[3] == 0.0 and out[5] == a[5]          # -0.0, 0.0, a denormal
@@ -200,17 +202,12 @@ def test_vector_tanh_is_accurate_over_the_whole_float32_range(lanes):
 @pytest.mark.parametrize("lanes", [16, 8, 5])
 def test_vector_log_is_accurate_over_the_whole_float32_range(lanes):
     """The SIMD log (exponent bits + polynomial): a few ulp from log, specials and denormals as numpy."""
-    n = 4080
-    A, B = buf("A", (n,)), buf("B", (n,))
-    i, j = Var("i"), Var("j")
-    idx = Binary(BinOp.ADD, Binary(BinOp.MUL, i, Const(lanes, "int32")), j)
-    body = loop(i, n // lanes, loop(j, lanes, st(B, [idx], Unary(UnOp.LOG, ld(A, idx))), VECTORIZED))
+    n = 4080                                  # a multiple of every lane count tested
     specials = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, -1.0, 1.0, 1e-45, 3e-39, 1.1754942e-38,
                          1.1754944e-38, 0.70710677, 0.7071068, 3.4e38, 1.0000001, 0.99999994], np.float32)
     a = np.concatenate([specials, rng.uniform(0.5, 2.0, 1000).astype(np.float32),
                         (10.0 ** rng.uniform(-44, 38, n - len(specials) - 1000)).astype(np.float32)])
-    out = np.empty_like(a)
-    run(PrimFunc(f"vlog{lanes}", (A, B), body), a, out)
+    out = _run_unary(UnOp.LOG, lanes, a)
     with np.errstate(divide="ignore", invalid="ignore"):
         want = np.log(a.astype(np.float64))
     np.testing.assert_array_equal(np.isnan(out), np.isnan(want))

@@ -4,7 +4,8 @@
                                     [--seed 0] [--keep-logs DIR]
 
 Each run starts from an empty log and an untrained cost model (no resume, no
-transfer), exactly like a first `tensortune tune`.  Reports the tuned/numpy
+transfer), exactly like a first `tensortune tune` (the Optuna study in a SQLite
+file and the model saved next to the log, as the CLI keeps them).  Reports the tuned/numpy
 ratio (re-timed side by side in this process), tuning wall time, time to 90%
 of the final best (trials and seconds) and measured candidates per second.
 """
@@ -46,7 +47,9 @@ def main(argv=None) -> int:
                 log = TuningLog(f"{tmp}/log.jsonl")
                 cfg = TuneConfig(trials=args.trials, seed=args.seed, threads=threads)
                 cfg.measure.threads = threads
-                res = Tuner(spec, cfg, log=log).run()
+                # as `tensortune tune --log LOG` runs: the Optuna study in SQLite and the model saved next to the log
+                res = Tuner(spec, cfg, log=log, storage=f"sqlite:///{tmp}/log.jsonl.optuna.db",
+                            model_path=f"{tmp}/log.jsonl.costmodel").run()
                 tuned, ref, default = compare_with_numpy(spec, res.best.trace, threads)
                 if args.keep_logs:
                     os.makedirs(args.keep_logs, exist_ok=True)

@@ -83,6 +83,39 @@ def test_tune_resume_and_build_with_log(tmp_path):
     np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
 
 
+def test_a_sqlite_study_is_written_back_at_the_end_and_completed_from_the_log(tmp_path, monkeypatch):
+    """With a SQLite storage the run searches on an in-memory copy of the study and writes its
+    measured trials back when it ends; measurements the copy lacks (a run killed before writing
+    back) are added from the log when the next run loads it."""
+    import optuna
+    import tuner.search as S
+    spec = WorkloadSpec.parse("matmul", ["M=24", "N=20", "K=9"])
+    log, url = TuningLog(tmp_path / "t.jsonl"), f"sqlite:///{tmp_path}/t.db"
+    studies = []
+    real_study = S.Tuner._study
+    monkeypatch.setattr(S.Tuner, "_study", lambda self, prev: studies.append(real_study(self, prev)) or studies[-1])
+
+    def stored():
+        (summary,) = optuna.get_all_study_summaries(url)
+        study = optuna.load_study(study_name=summary.study_name, storage=url)
+        return study.get_trials(deepcopy=False)
+
+    r1 = Tuner(spec, small_config(5), log=log, storage=url).run()
+    assert studies[0]._storage.__class__.__name__ == "InMemoryStorage"
+    complete = [t for t in stored() if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(complete) >= r1.trials and all(t.state == optuna.trial.TrialState.COMPLETE for t in stored())
+    # a "killed" run: measured and logged, never written back
+    monkeypatch.setattr(S.Tuner, "_sync", lambda self, study: None)
+    Tuner(spec, small_config(4, seed=1), log=log, storage=url).run()
+    assert len(stored()) == len(complete)
+    monkeypatch.undo()
+    monkeypatch.setattr(S.Tuner, "_study", lambda self, prev: studies.append(real_study(self, prev)) or studies[-1])
+    Tuner(spec, small_config(1, seed=2), log=log, storage=url).run()
+    params = {tuple(sorted(t.params.items())) for t in studies[-1].trials}
+    measured = {json.dumps(r.decisions, sort_keys=True) for r in log.records() if r.ok and r.decisions}
+    assert len(params) >= len(measured), "the third run's study holds every logged schedule"
+
+
 def test_build_without_record_falls_back_with_one_clear_warning(tmp_path):
     tensors = ops.matmul(8, 8, 8)
     with pytest.warns(TuningFallbackWarning, match=r"no tuning record for .*; using the default schedule"):

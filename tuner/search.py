@@ -230,6 +230,12 @@ def pretrain_from_log(model, log, exclude_key: str, target: dict, limit: int = 2
     return len(feats)
 
 
+def _finished():
+    """The trial states a sampler learns from (withdrawn asks end FAIL and are not kept)."""
+    import optuna
+    return (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+
+
 def _add_trial(study, decisions: dict, choices: dict, value: float) -> None:
     """Tell the study a measurement it did not ask for (a resumed record or a mutant)."""
     import optuna
@@ -282,6 +288,8 @@ class Tuner:
         self.space = space if space is not None else GeneratedSpace(spec.tensors())
         self.mutation_rng = random.Random(self.config.seed)  # mutants (the asking thread, one at a time)
         self._importing = None    # the background import of xgboost, until the first timing
+        self._mirror = None       # a SQLite study that the in-memory one is written back to
+        self._synced = set()      # numbers of the in-memory trials it already holds
 
     # --------------------------------------------------------------- setup
     def _study(self, previous: list):
@@ -291,6 +299,7 @@ class Tuner:
             f"knobs-{getattr(getattr(self.space, 'fn', None), '__name__', 'custom')}"
         name = f"{self.spec.key}-{self.target['cpu']}-t{self.target['threads']}-{self.config.sampler}-{tag}"
         sampler = make_sampler(self.config.sampler, self.config.seed)
+        sqlite = self.storage is not None and str(self.storage).startswith("sqlite")
         try:
             study = optuna.create_study(storage=self.storage, sampler=sampler, study_name=name,
                                         direction="maximize", load_if_exists=True)
@@ -299,6 +308,21 @@ class Tuner:
         except Exception as err:  # noqa: BLE001 - SQLAlchemy/Optuna errors of a bad URL or unreachable database
             raise StorageError(f"cannot open the Optuna storage {self.storage!r}: {type(err).__name__}: "
                                f"{str(err).splitlines()[0] if str(err) else ''}") from None
+        if sqlite:
+            # A SQLite study is this machine's record of the search, kept for resuming: the run
+            # works on a copy in memory and writes its finished trials back when it ends, also
+            # on an error or Ctrl-C (:meth:`_sync`); the log's records that a run killed outright
+            # did not write back are added from the log next time.  Asked directly, SQLite
+            # commits every suggested value of every ask (one transaction each): matmul 512,
+            # 64 trials, took 28 s instead of 12 s.  Other databases (PostgreSQL, MySQL) are
+            # used live: several processes share the study.
+            self._mirror = study
+            done = study.get_trials(deepcopy=False, states=_finished())
+            study = optuna.create_study(sampler=sampler, study_name=name, direction="maximize")
+            study.add_trials(done)
+            self._synced = {t.number for t in study.trials}
+            if study.trials:
+                self._warm_start_study(study, previous)
         if not study.trials:
             self._warm_start_study(study, previous)
             if self.config.seed_heuristic:
@@ -312,6 +336,21 @@ class Tuner:
                     study.enqueue_trial(heuristic, skip_if_exists=True)
         return study
 
+    def _sync(self, study) -> None:
+        """Write the in-memory study's newly finished trials to its SQLite copy (see :meth:`_study`)."""
+        if self._mirror is None:
+            return
+        try:
+            new = [t for t in study.get_trials(deepcopy=False, states=_finished()) if t.number not in self._synced]
+            self._mirror.add_trials(new)
+            self._synced.update(t.number for t in new)
+        except Exception as err:  # noqa: BLE001 - the log holds every measurement; the study copy is a cache
+            import warnings
+            warnings.warn(f"cannot write the Optuna study to {self.storage}: {type(err).__name__}: {err}; "
+                          "tuning goes on (a resumed run rebuilds the study from the log)", RuntimeWarning,
+                          stacklevel=2)
+            self._mirror = None
+
     def _as_params(self, decisions: dict) -> dict:
         """Decision values -> the integer indices Optuna samples."""
         src = FixedDecisions(decisions)
@@ -319,13 +358,16 @@ class Tuner:
         return {k: src.choices[k].index(v) for k, v in src.decisions.items()}
 
     def _warm_start_study(self, study, previous: list) -> None:
+        """Add the logged measurements that ``study`` lacks as completed trials."""
+        have = {tuple(sorted(t.params.items())) for t in study.get_trials(deepcopy=False)}
         for decisions, gflops in estimates(previous).values():
             try:
                 src = FixedDecisions(decisions, strict=True)
                 self.space.apply(src)
             except (ScheduleError, ValueError):
                 continue  # recorded by an older space: the log still serves lookups
-            _add_trial(study, src.decisions, src.choices, gflops)
+            if tuple(sorted((k, src.choices[k].index(v)) for k, v in src.decisions.items())) not in have:
+                _add_trial(study, src.decisions, src.choices, gflops)
 
     def _cost_model(self, previous: list):
         if not self.config.cost_model:
@@ -567,6 +609,7 @@ class Tuner:
                 for cand in ahead:       # stopped early: withdraw what was asked ahead
                     if cand.trial is not None:
                         study.tell(cand.trial, state=fail)
+                self._sync(study)
             if cfg.finalists > 1:
                 contenders = [(st.estimate(k), cands[k]) for k in st.ranked(cands)[:cfg.finalists]]
                 tuned = {decision_key(c.decisions): g for g, c in contenders}

@@ -105,7 +105,7 @@ def test_a_sqlite_study_is_written_back_at_the_end_and_completed_from_the_log(tm
     complete = [t for t in stored() if t.state == optuna.trial.TrialState.COMPLETE]
     assert len(complete) >= r1.trials and all(t.state == optuna.trial.TrialState.COMPLETE for t in stored())
     # a "killed" run: measured and logged, never written back
-    monkeypatch.setattr(S.Tuner, "_sync", lambda self, study: None)
+    monkeypatch.setattr(S, "write_back", lambda study, mirror, synced: mirror)
     Tuner(spec, small_config(4, seed=1), log=log, storage=url).run()
     assert len(stored()) == len(complete)
     monkeypatch.undo()

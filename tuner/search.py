@@ -72,13 +72,7 @@ from tensorir.errors import ScheduleError
 
 from .measure import MeasureConfig, MeasureResult, Measurer
 from .spec import WorkloadSpec
-
-SAMPLERS = ("tpe", "random", "cmaes", "gp")
-
-
-class StorageError(RuntimeError):
-    """The Optuna storage (``--storage`` URL) cannot be opened; the message says why in one line."""
-
+from .study import SAMPLERS, StorageError, add_trial, make_sampler, open_study, write_back  # noqa: F401
 
 @dataclass
 class TuneConfig:
@@ -160,29 +154,6 @@ STALE_ASKS = 96     # consecutive proposals with nothing new before a space coun
 PARENTS = 8         # mutants are made from this many of the best measured schedules
 
 
-def make_sampler(name: str, seed: int):
-    import optuna
-    if name == "tpe":
-        # The spaces are conditional (a pack or split decision exists only when
-        # its stage does): ``group`` models each set of co-occurring decisions
-        # jointly instead of falling back to one independent TPE per decision
-        # (slower, and blind to interactions).  ``constant_liar`` counts a
-        # round's pending asks as bad so the round's asks spread out.
-        import warnings
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, constant_liar=True,
-                                              n_startup_trials=8)
-    if name == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    if name == "cmaes":
-        return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
-    if name == "gp":      # Optuna's GPSampler needs PyTorch; this one uses scikit-learn
-        from .gp_sampler import GPSampler
-        return GPSampler(seed=seed)
-    raise ValueError(f"unknown sampler {name!r}; choose one of {', '.join(SAMPLERS)}")
-
-
 def host_target(threads: int | None) -> dict:
     from tensorir.runtime import host_target as ht
     t = ht()
@@ -228,21 +199,6 @@ def pretrain_from_log(model, log, exclude_key: str, target: dict, limit: int = 2
     if feats:
         model.pretrain(np.stack(feats), np.array(thr), groups)
     return len(feats)
-
-
-def _finished():
-    """The trial states a sampler learns from (withdrawn asks end FAIL and are not kept)."""
-    import optuna
-    return (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
-
-
-def _add_trial(study, decisions: dict, choices: dict, value: float) -> None:
-    """Tell the study a measurement it did not ask for (a resumed record or a mutant)."""
-    import optuna
-    from optuna.distributions import IntDistribution
-    params = {k: choices[k].index(v) for k, v in decisions.items()}
-    dists = {k: IntDistribution(0, len(choices[k]) - 1) for k in params}
-    study.add_trial(optuna.trial.create_trial(params=params, distributions=dists, value=value))
 
 
 def _import_xgboost() -> None:
@@ -299,30 +255,11 @@ class Tuner:
             f"knobs-{getattr(getattr(self.space, 'fn', None), '__name__', 'custom')}"
         name = f"{self.spec.key}-{self.target['cpu']}-t{self.target['threads']}-{self.config.sampler}-{tag}"
         sampler = make_sampler(self.config.sampler, self.config.seed)
-        sqlite = self.storage is not None and str(self.storage).startswith("sqlite")
-        try:
-            study = optuna.create_study(storage=self.storage, sampler=sampler, study_name=name,
-                                        direction="maximize", load_if_exists=True)
-        except ImportError:
-            raise
-        except Exception as err:  # noqa: BLE001 - SQLAlchemy/Optuna errors of a bad URL or unreachable database
-            raise StorageError(f"cannot open the Optuna storage {self.storage!r}: {type(err).__name__}: "
-                               f"{str(err).splitlines()[0] if str(err) else ''}") from None
-        if sqlite:
-            # A SQLite study is this machine's record of the search, kept for resuming: the run
-            # works on a copy in memory and writes its finished trials back when it ends, also
-            # on an error or Ctrl-C (:meth:`_sync`); the log's records that a run killed outright
-            # did not write back are added from the log next time.  Asked directly, SQLite
-            # commits every suggested value of every ask (one transaction each): matmul 512,
-            # 64 trials, took 28 s instead of 12 s.  Other databases (PostgreSQL, MySQL) are
-            # used live: several processes share the study.
-            self._mirror = study
-            done = study.get_trials(deepcopy=False, states=_finished())
-            study = optuna.create_study(sampler=sampler, study_name=name, direction="maximize")
-            study.add_trials(done)
-            self._synced = {t.number for t in study.trials}
-            if study.trials:
-                self._warm_start_study(study, previous)
+        study, self._mirror = open_study(self.storage, name, sampler)
+        self._synced = {t.number for t in study.trials}
+        if self._mirror is not None and study.trials:
+            # the stored study may lack the last measurements of a run killed before it wrote back
+            self._warm_start_study(study, previous)
         if not study.trials:
             self._warm_start_study(study, previous)
             if self.config.seed_heuristic:
@@ -335,21 +272,6 @@ class Tuner:
                 else:
                     study.enqueue_trial(heuristic, skip_if_exists=True)
         return study
-
-    def _sync(self, study) -> None:
-        """Write the in-memory study's newly finished trials to its SQLite copy (see :meth:`_study`)."""
-        if self._mirror is None:
-            return
-        try:
-            new = [t for t in study.get_trials(deepcopy=False, states=_finished()) if t.number not in self._synced]
-            self._mirror.add_trials(new)
-            self._synced.update(t.number for t in new)
-        except Exception as err:  # noqa: BLE001 - the log holds every measurement; the study copy is a cache
-            import warnings
-            warnings.warn(f"cannot write the Optuna study to {self.storage}: {type(err).__name__}: {err}; "
-                          "tuning goes on (a resumed run rebuilds the study from the log)", RuntimeWarning,
-                          stacklevel=2)
-            self._mirror = None
 
     def _as_params(self, decisions: dict) -> dict:
         """Decision values -> the integer indices Optuna samples."""
@@ -367,7 +289,7 @@ class Tuner:
             except (ScheduleError, ValueError):
                 continue  # recorded by an older space: the log still serves lookups
             if tuple(sorted((k, src.choices[k].index(v)) for k, v in src.decisions.items())) not in have:
-                _add_trial(study, src.decisions, src.choices, gflops)
+                add_trial(study, src.decisions, src.choices, gflops)
 
     def _cost_model(self, previous: list):
         if not self.config.cost_model:
@@ -583,7 +505,7 @@ class Tuner:
                         if cand.trial is not None:
                             study.tell(cand.trial, gf)
                         else:          # a measured mutant: the sampler learns from it as from its own
-                            _add_trial(study, cand.decisions, cand.choices, gf)
+                            add_trial(study, cand.decisions, cand.choices, gf)
                             st.mutants += 1
                         if not rec.ok:
                             st.errors[rec.error_kind] += 1
@@ -609,7 +531,7 @@ class Tuner:
                 for cand in ahead:       # stopped early: withdraw what was asked ahead
                     if cand.trial is not None:
                         study.tell(cand.trial, state=fail)
-                self._sync(study)
+                self._mirror = write_back(study, self._mirror, self._synced)
             if cfg.finalists > 1:
                 contenders = [(st.estimate(k), cands[k]) for k in st.ranked(cands)[:cfg.finalists]]
                 tuned = {decision_key(c.decisions): g for g, c in contenders}

@@ -257,20 +257,19 @@ class Tuner:
         sampler = make_sampler(self.config.sampler, self.config.seed)
         study, self._mirror = open_study(self.storage, name, sampler)
         self._synced = {t.number for t in study.trials}
-        if self._mirror is not None and study.trials:
-            # the stored study may lack the last measurements of a run killed before it wrote back
+        fresh = not study.trials
+        if fresh or self._mirror is not None:
+            # (a stored SQLite study may lack the last measurements of a run killed before it wrote back)
             self._warm_start_study(study, previous)
-        if not study.trials:
-            self._warm_start_study(study, previous)
-            if self.config.seed_heuristic:
-                try:
-                    heuristic = self._as_params(self.space.default_decisions())
-                except Exception as err:  # noqa: BLE001 - a space bug must not sink the run: search without it
-                    import warnings
-                    warnings.warn(f"the search space's heuristic starting point failed ({type(err).__name__}: "
-                                  f"{err}); searching without it", RuntimeWarning, stacklevel=2)
-                else:
-                    study.enqueue_trial(heuristic, skip_if_exists=True)
+        if fresh and self.config.seed_heuristic:
+            try:
+                heuristic = self._as_params(self.space.default_decisions())
+            except Exception as err:  # noqa: BLE001 - a space bug must not sink the run: search without it
+                import warnings
+                warnings.warn(f"the search space's heuristic starting point failed ({type(err).__name__}: "
+                              f"{err}); searching without it", RuntimeWarning, stacklevel=2)
+            else:
+                study.enqueue_trial(heuristic, skip_if_exists=True)
         return study
 
     def _as_params(self, decisions: dict) -> dict:

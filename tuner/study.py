@@ -53,7 +53,6 @@ def add_trial(study, decisions: dict, choices: dict, value: float) -> None:
     study.add_trial(optuna.trial.create_trial(params=params, distributions=dists, value=value))
 
 
-
 def open_study(storage: str | None, name: str, sampler):
     """``(study, mirror)``: the study to search and, for a SQLite ``storage``, the stored study
     that :func:`write_back` updates (else None).  Raises :class:`StorageError` in one line."""

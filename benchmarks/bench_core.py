@@ -23,9 +23,9 @@ from threadpoolctl import threadpool_limits
 
 from schedules import Schedule
 from tensorir import ops
-from tensorir.build import build, clear_cache
-from tensorir.registry import get_workload
-from tensorir.runtime import host_target
+from tensorir.runtime import build, clear_cache
+from tensorir.ops.registry import get_workload
+from tensorir.target import Target
 from tuner.compare import side_by_side
 
 
@@ -98,8 +98,8 @@ def fma_peak(seconds: float = 0.3) -> dict:
     """GFLOP/s of 12 independent vector FMA chains, on 1 thread and on every core."""
     import llvmlite.binding as llvm
 
-    from tensorir import runtime
-    bits = host_target()["vector_bits"]
+    from tensorir.runtime import llvm as runtime
+    bits = Target.host().vector_bits
     lanes = bits // 32
     vt = f"<{lanes} x float>"
     chains = 12
@@ -153,7 +153,7 @@ done:
                 t.join()
             best.append(per_iter * n * threads / (time.perf_counter() - t0) / 1e9)
         return max(best)
-    cores = host_target()["num_cores"]
+    cores = Target.host().cores
     result = {"lanes": lanes, "1": run(1), str(cores): run(cores)}
     del tracker  # frees the JIT code
     return result
@@ -188,10 +188,9 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="peak,matmul,conv2d,compile")
     args = ap.parse_args(argv)
     parts = set(args.only.split(","))
-    tgt = host_target()
-    lanes = tgt["vector_bits"] // 32
-    cores = tgt["num_cores"]
-    print(f"host: {tgt['cpu']}, {tgt['vector_bits']}-bit vectors, {cores} cores")
+    tgt = Target.host()
+    lanes, cores = tgt.lanes32, tgt.cores
+    print(f"host: {tgt.cpu}, {tgt.vector_bits}-bit vectors, {cores} cores")
     rows = []
     peak = None
     if "peak" in parts:

@@ -25,14 +25,16 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench_core import conv2d_schedule, matmul_schedule  # noqa: E402
 from logs.paths import pretuned_dir  # noqa: E402
 from schedules import Schedule  # noqa: E402
-from tensorir import ops, runtime  # noqa: E402
-from tensorir.build import compile_func  # noqa: E402
-from tensorir.registry import get_workload  # noqa: E402
+from tensorir import ops
+from tensorir.runtime import llvm as runtime  # noqa: E402
+from tensorir.target import Target  # noqa: E402
+from tensorir.runtime import compile_func  # noqa: E402
+from tensorir.ops.registry import get_workload  # noqa: E402
 from tuner.compare import side_by_side  # noqa: E402
 
 
 def cases():
-    lanes = runtime.host_target()["vector_bits"] // 32
+    lanes = Target.host().lanes32
     yield "matmul 1024 (bench_core)", matmul_schedule(1024, 1024, 1024, lanes), None
     yield "conv2d resnet (bench_core)", conv2d_schedule(1, 64, 56, 56, 64, 3, 3, 1, lanes), None
     seen = set()

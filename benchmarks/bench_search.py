@@ -85,7 +85,7 @@ def retimed_ratios(spec: WorkloadSpec, records: list, points: list, finalists=(1
     protects a strategy that measures many near-equal schedules from keeping a lucky measurement.
     """
     from schedules import Schedule
-    from tensorir.build import build
+    from tensorir.runtime import build
     from tuner.compare import side_by_side
     from tuner.search import estimates
     measured = [r for r in records if not r.confirmed and r.error_kind not in ("schedule", "lower")]

@@ -28,7 +28,7 @@ import sys
 
 
 from schedules.space import FixedDecisions, GeneratedSpace
-from tensorir.errors import ScheduleError
+from schedules.errors import ScheduleError
 from tuner.cli import _threadpool
 from tuner.compare import side_by_side
 from tuner.measure import MeasureConfig

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tensorir.expr import Binary, BinOp, Cast, Const, Select, Unary, UnOp, Var, children
-from tensorir.ir import Scope
+from tensorir.te.expr import Binary, BinOp, Cast, Const, Select, Unary, UnOp, Var, children
+from tensorir.tir.ir import Scope
 
 CACHE_LINE_BYTES = 64
 

@@ -1,6 +1,6 @@
 """Ansor-style features of a lowered loop nest, pooled into one fixed-length vector.
 
-For every :class:`~tensorir.ir.Store` we build a vector from its enclosing loops
+For every :class:`~tensorir.tir.ir.Store` we build a vector from its enclosing loops
 (after TVM Ansor's ``src/auto_scheduler/feature.cc``, simplified to this IR):
 
 * **compute**: executions (product of enclosing extents) and per-execution counts
@@ -35,8 +35,8 @@ import math
 
 import numpy as np
 
-from tensorir.expr import FLOAT_DTYPES, Binary, BinOp, Cast, Const, Select, Unary, UnOp, Var, children
-from tensorir.ir import Allocate, For, ForKind, IfThenElse, Load, PrimFunc, Scope, Seq, Store, stmt_children
+from tensorir.te.expr import FLOAT_DTYPES, Binary, BinOp, Cast, Const, Select, Unary, UnOp, Var, children
+from tensorir.tir.ir import Allocate, For, ForKind, IfThenElse, Load, PrimFunc, Scope, Seq, Store, stmt_children
 
 from .access import ACCESS_FIELDS, BufferAccess, access_features, guard_reach
 

@@ -15,10 +15,8 @@ class TuningFallbackWarning(UserWarning):
 
 
 def current_target(threads: int | None = None) -> dict:
-    from tensorir.runtime import host_target
-    t = host_target()
-    return {"kind": "llvm", "cpu": t["cpu"], "features": t.get("features", ""),
-            "threads": threads or t["num_cores"]}
+    from tensorir.target import Target
+    return Target.host(threads or None).record()
 
 
 def replay(tensors, record):
@@ -29,7 +27,7 @@ def replay(tensors, record):
     other loops.
     """
     from schedules import Schedule
-    from tensorir.errors import ScheduleError
+    from schedules.errors import ScheduleError
     try:
         return Schedule.from_json(list(tensors), record.trace)
     except (ScheduleError, ValueError, TypeError, KeyError):
@@ -43,7 +41,7 @@ def best_schedule(tensors, paths=None, threads: int | None = None, name: str | N
     A record whose trace no longer replays (e.g. written by an incompatible
     version) is reported in the lookup's reason and skipped.
     """
-    from tensorir.serialize import workload_key
+    from tensorir.te.serialize import workload_key
     tensors = list(tensors)
     replayed = {}
 
@@ -67,7 +65,7 @@ def build(tensors, log=None, threads: int | None = None, name: str | None = None
     ``lookup`` (how the schedule was found) and ``schedule`` attributes.
     """
     from schedules import Schedule
-    from tensorir.build import build as build_func
+    from tensorir.runtime import build as build_func
     paths = None if log is None else ([log] if isinstance(log, (str, bytes)) or hasattr(log, "__fspath__")
                                       else list(log))
     sch, lookup = best_schedule(tensors, paths, threads, name, params)

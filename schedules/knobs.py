@@ -19,7 +19,7 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from tensorir.errors import DecisionError
+from schedules.errors import DecisionError
 
 from .schedule import Schedule
 from .space import DecisionSource, FixedDecisions

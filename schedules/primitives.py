@@ -7,12 +7,12 @@ in a trace) are honoured on replay, so a replayed trace rebuilds the same loops.
 """
 from __future__ import annotations
 
-from tensorir.errors import (AnnotationError, CacheWriteError, ComputeAtError, ComputeInlineError,
+from schedules.errors import (AnnotationError, CacheWriteError, ComputeAtError, ComputeInlineError,
                              FuseError, PackError, ReorderError, RFactorError, SplitError, UnknownHandleError)
-from tensorir.expr import Binary, BinOp, const, select
-from tensorir.ir import ForKind
-from tensorir.rewrite import rewrite, substitute
-from tensorir.stage import INLINE, ROOT, Attach, Fuse, Loop, Split, Stage, StageGraph, make_stage
+from tensorir.te.expr import Binary, BinOp, const, select
+from tensorir.tir.ir import ForKind
+from tensorir.tir.rewrite import rewrite, substitute
+from schedules.state import INLINE, ROOT, Attach, Fuse, Loop, Split, Stage, StageGraph, make_stage
 from tensorir.te import AxisKind, ComputeOp, IterVar, Reduce, Tensor, TensorRead, Var
 
 ANNOTATIONS = {"unroll": ForKind.UNROLLED, "vectorize": ForKind.VECTORIZED, "parallel": ForKind.PARALLEL}
@@ -417,7 +417,7 @@ def _fresh_var(base: str, taken: set) -> str:
 
 
 def _identity_of(reducer, dtype: str):
-    from tensorir.lower import _identity
+    from schedules.lower import _identity
     return _identity(reducer, dtype)
 
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from tensorir.errors import DecisionError, ScheduleError
-from tensorir.stage import StageGraph
+from schedules.errors import DecisionError, ScheduleError
+from schedules.state import StageGraph
 from tensorir.te import AxisKind
 
 from .primitives import PRIMITIVES, get_stage
@@ -295,7 +295,7 @@ class Schedule:
         if axis is not None:
             owner, _, loop = str(axis).partition(".") if "." in str(axis) else (None, "", axis)
             if owner is not None and owner != _handle(stage):
-                from tensorir.errors import RFactorError
+                from schedules.errors import RFactorError
                 raise RFactorError("rfactor", f"loop {axis} belongs to stage {owner}, not {_handle(stage)}")
             attrs["axis"] = loop
         return self._do("rfactor", [stage], attrs, (name,) if name else ())
@@ -314,7 +314,7 @@ class Schedule:
 
     # ------------------------------------------------------------ output
     def lower(self, name: str | None = None):
-        from tensorir.lower import lower
+        from schedules.lower import lower
         try:
             return lower(self.state, name)
         except ScheduleError as err:
@@ -322,7 +322,7 @@ class Schedule:
             raise
 
     def build(self, name: str | None = None):
-        from tensorir.build import build
+        from tensorir.runtime import build
         return build(self.lower(name))
 
     def to_json(self) -> dict:

@@ -29,7 +29,7 @@ import abc
 import random
 from dataclasses import dataclass
 
-from tensorir.errors import DecisionError
+from schedules.errors import DecisionError
 from tensorir.te import AxisKind
 
 from .schedule import Schedule
@@ -141,9 +141,9 @@ class SpaceOptions:
 
     @classmethod
     def host(cls) -> "SpaceOptions":
-        from tensorir.runtime import host_target
-        t = host_target()
-        return cls(vector_bits=t["vector_bits"], cores=t["num_cores"])
+        from tensorir.target import Target
+        t = Target.host()
+        return cls(vector_bits=t.vector_bits, cores=t.cores)
 
 
 def _divisors(n: int, limit: int) -> list:

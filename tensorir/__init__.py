@@ -1,12 +1,13 @@
-"""tensorir: tensor expressions, loop-nest IR, lowering and llvmlite codegen.
+"""tensorir: the tensor-expression language and the compiler below schedules.
 
->>> from tensorir import te, build, lower
->>> kernel = build(schedule)         # a Schedule, a PrimFunc or a workload (default schedule)
+Subpackages, lowest first: ``te`` (tensor expressions, numpy evaluator, workload key),
+``ops`` (operator library and workload catalogue), ``tir`` (loop-nest IR, its analyses
+and passes), ``codegen`` (LLVM IR), ``runtime`` (JIT, kernels, shared libraries), and
+``target`` (the CPU compiled for).
+
+>>> from tensorir import te
 """
-from . import te  # noqa: F401
-# The functions shadow their modules' names on the package (import the modules as
-# ``tensorir.build`` / ``tensorir.lower`` through ``from tensorir.build import ...``).
-from .build import build  # noqa: E402,F401
-from .lower import lower  # noqa: E402,F401
+from tensorir import te  # noqa: F401
+from tensorir.target import Target  # noqa: F401
 
-__all__ = ["te", "build", "lower"]
+__all__ = ["te", "Target"]

@@ -74,7 +74,7 @@ def random_inputs(tensors, seed=0):
 
 def run_schedule(sch, seed=0):
     """Build ``sch`` and run it on random inputs; returns (inputs, outputs)."""
-    from tensorir.build import build
+    from tensorir.runtime import build
     ins = random_inputs(sch.tensors, seed)
     outs = [np.full(t.shape, np.nan if t.dtype != "int32" else -7, dtype=t.dtype)
             for t in sch.tensors if not t.is_placeholder]
@@ -85,7 +85,7 @@ def run_schedule(sch, seed=0):
 
 def check_against_evaluator(sch, rtol=1e-4, atol=1e-4, seed=0):
     """The scheduled kernel computes what the numpy evaluator of the tensor expression computes."""
-    from tensorir.evaluate import evaluate
+    from tensorir.te.evaluate import evaluate
     ins, outs = run_schedule(sch, seed)
     want = evaluate(list(sch.tensors), ins)
     for got, ref in zip(outs, want):

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tensorir.build import build
-from tensorir.expr import Const
-from tensorir.ir import Buffer, For, ForKind, Load, Scope, Store
+from tensorir.runtime import build
+from tensorir.te.expr import Const
+from tensorir.tir.ir import Buffer, For, ForKind, Load, Scope, Store
 
 SERIAL, PARALLEL, VECTORIZED, UNROLLED = (ForKind.SERIAL, ForKind.PARALLEL,
                                           ForKind.VECTORIZED, ForKind.UNROLLED)

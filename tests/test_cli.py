@@ -10,7 +10,7 @@ import pytest
 from logs import TuningLog, build
 from schedules import Schedule
 from tensorir import te
-from tensorir.errors import ScheduleError
+from schedules.errors import ScheduleError
 from tuner.cli import main
 from tuner.search import Tuner
 from tuner.spec import WorkloadSpec
@@ -43,7 +43,7 @@ def test_renamed_workload_shares_the_key_but_only_replayable_records_are_used(tm
     import dataclasses
     first, second = _small_matmul("ABCijk"), _small_matmul("XWYmnr")
     log = TuningLog(tmp_path / "log.jsonl")
-    from tensorir.serialize import workload_key
+    from tensorir.te.serialize import workload_key
     assert workload_key(first) == workload_key(second)
     spec_of = lambda path, fn: WorkloadSpec.parse(f"{path}:{fn}")  # noqa: E731
     path = tmp_path / "ops.py"

@@ -9,11 +9,12 @@ import shutil
 import numpy as np
 import pytest
 
-from tensorir import runtime
-from tensorir.build import Kernel, build, cache_info, clear_cache, compile_func, load_library
+from tensorir.runtime import jit, llvm as runtime
+from tensorir.target import Target
+from tensorir.runtime import Kernel, build, cache_info, clear_cache, compile_func, load_library
 from tensorir.codegen import CodegenError, codegen
-from tensorir.expr import Binary, BinOp, Cast, Select, Unary, UnOp, Var
-from tensorir.ir import Allocate, IfThenElse, PrimFunc, Scope, seq
+from tensorir.te.expr import Binary, BinOp, Cast, Select, Unary, UnOp, Var
+from tensorir.tir.ir import Allocate, IfThenElse, PrimFunc, Scope, seq
 
 from tests.loopir import PARALLEL, SERIAL, UNROLLED, VECTORIZED, _e, buf, c, ld, loop, rand, rng, run, st  # noqa: F401
 
@@ -455,7 +456,7 @@ def test_non_contiguous_readonly_and_overlap(mm_kernel):
 
 
 def test_threads_setting(mm_kernel):
-    assert mm_kernel.threads == runtime.host_target()["num_cores"]
+    assert mm_kernel.threads == Target.host().cores
     with pytest.raises(ValueError, match="positive"):
         mm_kernel.threads = 0
 
@@ -487,11 +488,13 @@ def test_cache_returns_same_kernel():
 
 
 def test_host_target_and_libgomp():
-    host = runtime.host_target()
-    assert set(host) == {"cpu", "features", "vector_bits", "num_cores"}
-    assert host["vector_bits"] in (128, 256, 512)
-    assert host["num_cores"] >= 1
-    assert runtime.load_libgomp()
+    host = Target.host()
+    assert host.cpu and "+" in host.features
+    assert host.vector_bits in (128, 256, 512)
+    assert host.cores >= 1 and host.threads == host.cores
+    assert Target.host(1).threads == 1 and Target.host(1).cpu == host.cpu
+    assert host.record() == {"kind": "llvm", "cpu": host.cpu, "features": host.features, "threads": host.cores}
+    assert jit.load_libgomp()
 
 
 def test_kernel_introspection():
@@ -563,11 +566,14 @@ def test_opt_config_variants_agree():
     np.testing.assert_allclose(outs[2], outs[0], rtol=1e-6)
 
 
-def test_build_lowers_a_workload():
+def test_build_takes_lowered_functions_and_schedules_build_workloads():
+    from schedules import Schedule
     from tensorir import te
     A = te.placeholder((5, 7), "float32", "A")
     B = te.compute((5, 7), lambda i, j: te.sigmoid(A[i, j]) * 2.0, "B")
-    k = build([A, B])
+    with pytest.raises(TypeError, match="compiles a lowered PrimFunc, got list"):
+        build([A, B])      # the compiler below schedules knows nothing of schedules
+    k = Schedule([A, B]).build()
     a, out = rand((5, 7)), np.zeros((5, 7), np.float32)
     k(a, out)
     np.testing.assert_allclose(out, 2 / (1 + np.exp(-a)), rtol=1e-6)
@@ -575,7 +581,7 @@ def test_build_lowers_a_workload():
 
 def test_cache_eviction_releases_and_keeps_referenced_kernels(monkeypatch):
     import gc
-    B = importlib.import_module("tensorir.build")  # the module (tensorir.build is also the function)
+    B = importlib.import_module("tensorir.runtime.compile")
     clear_cache()
     monkeypatch.setattr(B, "CACHE_SIZE", 2)
     kept = build(add_func(3, SERIAL))
@@ -626,7 +632,7 @@ def test_floor_divmod_property(kind):
 
 
 def test_export_library_without_compiler(tmp_path, monkeypatch):
-    B = importlib.import_module("tensorir.build")  # the module (tensorir.build is also the function)
+    B = importlib.import_module("tensorir.runtime.kernel")
     k = build(add_func(16, SERIAL))
     monkeypatch.setattr(B.shutil, "which", lambda name: None)
     with pytest.raises(B.ToolchainError, match="needs a C compiler"):

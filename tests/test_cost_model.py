@@ -10,8 +10,8 @@ import pytest
 from cost_model import (FEATURE_NAMES, N_FEATURES, CostModel, CostModelConfig, extract_features,
                         extract_features_batch, normalize_per_group, pairwise_accuracy, store_features,
                         topk_recall)
-from tensorir.expr import UnOp, Var, const, emax, unary
-from tensorir.ir import (Allocate, Buffer, For, ForKind, IfThenElse, Load, PrimFunc, Scope, Store, seq)
+from tensorir.te.expr import UnOp, Var, const, emax, unary
+from tensorir.tir.ir import (Allocate, Buffer, For, ForKind, IfThenElse, Load, PrimFunc, Scope, Store, seq)
 
 
 # ------------------------------------------------------------------ hand-built kernels

@@ -4,9 +4,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tensorir import ops, te
-from tensorir.expr import BinOp, binary
-from tensorir.evaluate import EvaluateError, count_flops, evaluate, stage_flops, topo_stages
+from tensorir import ops
+from tensorir import te
+from tensorir.te.expr import BinOp, binary
+from tensorir.te.evaluate import EvaluateError, count_flops, evaluate, stage_flops, topo_stages
 
 
 def rand(shape, dtype="float32", seed=0):

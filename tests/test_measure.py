@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 from schedules.schedule import Schedule
-from tensorir.errors import ScheduleError
-from tensorir.evaluate import evaluate
-from tensorir.expr import Var, const
-from tensorir.ir import Allocate, Buffer, For, ForKind, Load, PrimFunc, Scope, Store, seq
+from schedules.errors import ScheduleError
+from tensorir.te.evaluate import evaluate
+from tensorir.te.expr import Var, const
+from tensorir.tir.ir import Allocate, Buffer, For, ForKind, Load, PrimFunc, Scope, Store, seq
 from tuner.compare import side_by_side
 from tuner.measure import MeasureConfig, MeasureResult, Measurer
 from tuner.spec import SpecError, WorkloadSpec

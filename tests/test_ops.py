@@ -10,11 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tensorir import ops, te
-from tensorir.evaluate import count_flops, evaluate, topo_stages
-from tensorir.registry import (Param, UnknownWorkloadError, Workload, WorkloadError, get_workload,
+from tensorir import ops
+from tensorir import te
+from tensorir.te.evaluate import count_flops, evaluate, topo_stages
+from tensorir.ops.registry import (Param, UnknownWorkloadError, Workload, WorkloadError, get_workload,
                                list_workloads)
-from tensorir.serialize import FORMAT, canonical_text, workload_key, workload_to_json
+from tensorir.te.serialize import FORMAT, canonical_text, workload_key, workload_to_json
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -253,7 +254,7 @@ def test_key_distinguishes_shape_dtype_structure_and_order():
 
 
 def test_key_is_identical_across_processes():
-    code = ("from tensorir import ops; from tensorir.serialize import workload_key; "
+    code = ("from tensorir import ops; from tensorir.te.serialize import workload_key; "
             "print(workload_key(ops.conv2d(1, 3, 9, 9, 4, 3, 3, stride=2, pad=1)), "
             "workload_key(ops.max_pool2d(1, 2, 6, 6, 3, 3, pad=1)))")
     expect = f"{workload_key(ops.conv2d(1, 3, 9, 9, 4, 3, 3, stride=2, pad=1))} " \

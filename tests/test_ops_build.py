@@ -11,8 +11,8 @@ import pytest
 
 from schedules import Schedule
 from schedules.space import FixedDecisions, GeneratedSpace, RandomDecisions
-from tensorir.build import build
-from tensorir.registry import get_workload
+from tensorir.runtime import build
+from tensorir.ops.registry import get_workload
 from tests.test_ops import CASES
 
 

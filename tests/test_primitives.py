@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from schedules import Schedule
-from tensorir import errors as E
+from schedules import errors as E
 from tests.conftest import chain_wl, check_against_evaluator, conv_wl, matmul_wl, run_schedule
 
 # ---------------------------------------------------------------- schedules
@@ -215,7 +215,7 @@ def test_edge_tile_with_integer_division_by_a_value_keeps_its_guards():
     s = Schedule([X, Y, O]).pack("X", {1: 8}).pack("Y", {1: 8}).tile(["O.i", "O.j"], [4, 8])
     s = s.compute_at("Q", "O.j.0").vectorize("Q.j").vectorize("O.j.1")
     assert _element_guards(s, "Q.j")
-    from tensorir.build import build
+    from tensorir.runtime import build
     rng = np.random.default_rng(0)
     x = rng.integers(-50, 50, (13, 21)).astype(np.int32)
     y = rng.choice(np.array([-7, -3, -1, 1, 2, 5], np.int32), (13, 21))

@@ -5,10 +5,11 @@ import numpy as np
 import pytest
 
 from tests.loopir import SERIAL, UNROLLED, VECTORIZED, buf, c, ld, loop, rand, rng, run, st
-from tensorir import runtime
-from tensorir.build import compile_func
-from tensorir.expr import Binary, BinOp, Const, Unary, UnOp, Var
-from tensorir.ir import Allocate, IfThenElse, PrimFunc, Scope, seq
+from tensorir.runtime import llvm as runtime
+from tensorir.target import Target
+from tensorir.runtime import compile_func
+from tensorir.te.expr import Binary, BinOp, Const, Unary, UnOp, Var
+from tensorir.tir.ir import Allocate, IfThenElse, PrimFunc, Scope, seq
 
 
 def _row_sum(n, m, vec=False):
@@ -22,7 +23,7 @@ def _row_sum(n, m, vec=False):
 
 
 def test_promote_keeps_vector_accumulator_of_serial_loop():
-    from tensorir.promote import invariant_elements, promote
+    from tensorir.tir.transform.promote import invariant_elements, promote
     f = _row_sum(16, 37, vec=True)
     upd = f.body.stmts[1]
     (found,) = invariant_elements(upd)
@@ -36,7 +37,7 @@ def test_promote_keeps_vector_accumulator_of_serial_loop():
 
 
 def test_promote_refuses_unsafe_elements():
-    from tensorir.promote import invariant_elements
+    from tensorir.tir.transform.promote import invariant_elements
     X, acc = buf("X", (8, 9)), buf("acc", (8,))
     i, k = Var("i"), Var("k")
     # element depends on a serial inner loop: not one element
@@ -86,7 +87,7 @@ def test_masked_register_tile_keeps_masked_lanes():
 def test_fast_and_default_pipelines_agree_on_a_tiled_matmul():
     from schedules import Schedule
     from tensorir import ops
-    lanes = runtime.host_target()["vector_bits"] // 32
+    lanes = Target.host().lanes32
     s = Schedule(ops.matmul(37, 2 * lanes + 3, 19)).cache_write("C")
     s = s.tile(["C.i", "C.j"], [5, lanes]).compute_at("C_local", "C.j.0")
     s = s.reorder("C_local.k", "C_local.i", "C_local.j").unroll("C_local.i").vectorize("C_local.j")
@@ -108,7 +109,7 @@ def test_opt_config_rejects_unknown_pipeline():
 
 
 def test_vector_chunks_cover_the_extent_with_power_of_two_pieces():
-    from tensorir.codegen import vector_chunks
+    from tensorir.codegen.function import vector_chunks
     assert vector_chunks(32, 16) == [(0, 32)]
     assert vector_chunks(48, 16) == [(0, 16), (16, 16), (32, 16)]
     assert vector_chunks(58, 16) == [(0, 16), (16, 16), (32, 16), (48, 8), (56, 2)]
@@ -220,7 +221,7 @@ def test_vector_log_is_accurate_over_the_whole_float32_range(lanes):
 
 def test_accumulator_tiles_are_promoted_around_invariant_loops_and_repeated_bodies():
     """acc[i1, j] updated under serial c/r loops (invariant) and an unrolled k (repeated) -> LOCAL tiles."""
-    from tensorir.promote import invariant_elements, promote, repeated_tiles
+    from tensorir.tir.transform.promote import invariant_elements, promote, repeated_tiles
     X, acc = buf("X", (5, 4, 3, 16)), buf("acc", (3, 16))
     c, r, k, i1, j = Var("c"), Var("r"), Var("k"), Var("i1"), Var("j")
     upd = st(acc, [i1, j], Binary(BinOp.ADD, ld(acc, i1, j), ld(X, c, r, i1, j)))

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from schedules import Schedule
 from tensorir import ops
-from tensorir.errors import ScheduleError
+from schedules.errors import ScheduleError
 from tests.conftest import run_schedule
 
 SETTINGS = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -100,7 +100,7 @@ def test_random_conv2d_schedules(data, C, H, W, K, pad, stride):
             s = s.compute_inline(s.stages[0])
         elif choice == "at":
             s = s.compute_at(s.stages[0], data.draw(st.sampled_from(s.loops(out)), label="attach"))
-    from tensorir.registry import get_workload
+    from tensorir.ops.registry import get_workload
     w = get_workload("conv2d")
     params = dict(N=1, C=C, H=H, W=W, K=K, R=3, S=3, stride=stride, pad=pad, dilation=1, dtype="float32")
     _check(s, lambda ins: w.reference(ins, **params))

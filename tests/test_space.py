@@ -9,7 +9,7 @@ import pytest
 
 from schedules.space import FixedDecisions, GeneratedSpace, RandomDecisions, SpaceOptions
 from tensorir import te
-from tensorir.ir import ForKind
+from tensorir.tir.ir import ForKind
 from tests.conftest import check_against_evaluator, run_schedule
 from tuner.spec import WorkloadSpec
 

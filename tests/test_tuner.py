@@ -11,8 +11,9 @@ from logs import TuningFallbackWarning, TuningLog, build
 from schedules.knobs import KnobSpace, SplitEntity, _factorizations
 from schedules import Schedule
 from schedules.space import FixedDecisions, GeneratedSpace, MutatedDecisions, RandomDecisions, SpaceOptions
-from tensorir import ops, te
-from tensorir.errors import DecisionError, ScheduleError
+from tensorir import ops
+from tensorir import te
+from schedules.errors import DecisionError, ScheduleError
 from tuner.search import TuneConfig, Tuner
 from tuner.spec import WorkloadSpec
 

@@ -80,7 +80,7 @@ def compare_with_numpy(spec, trace: dict, threads: int, rounds: int = 5):
     The arrays are placed as the measurer places them (:func:`tuner.layout.placed`).
     """
     from schedules import Schedule
-    from tensorir.build import build
+    from tensorir.runtime import build
 
     from .compare import side_by_side
     from .measure import MeasureConfig
@@ -121,7 +121,7 @@ def compare_with_numpy(spec, trace: dict, threads: int, rounds: int = 5):
 # ---------------------------------------------------------------- commands
 
 def cmd_workloads(args) -> int:
-    from tensorir.registry import list_workloads
+    from tensorir.ops.registry import list_workloads
     for w in list_workloads():
         params = " ".join(f"{p.name}={p.default}" for p in w.params)
         print(f"{w.name:<18} {w.description}")
@@ -133,7 +133,7 @@ def cmd_workloads(args) -> int:
 def cmd_tune(args) -> int:
     from logs import default_log_path
 
-    from tensorir.evaluate import EvaluateError
+    from tensorir.te.evaluate import EvaluateError
 
     from .report import format_latency
     from .search import StorageError, TuneConfig, Tuner
@@ -154,8 +154,8 @@ def cmd_tune(args) -> int:
     log_path = args.log or str(default_log_path())
     log = _open_log(log_path)
     storage = args.storage or f"sqlite:///{os.path.abspath(log_path)}.optuna.db"
-    from tensorir.runtime import host_target
-    threads = args.threads or host_target()["num_cores"]
+    from tensorir.target import Target
+    threads = args.threads or Target.host().cores
     cfg = TuneConfig(trials=args.trials, sampler=args.sampler, seed=args.seed, cost_model=not args.no_cost_model,
                      timeout_s=args.timeout, threads=threads)
     cfg.measure.threads, cfg.measure.seed = threads, args.seed

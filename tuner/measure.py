@@ -72,8 +72,8 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait as _wait_any
 
-from tensorir.errors import ScheduleError
-from tensorir.ir import Allocate, PrimFunc, walk_stmts
+from schedules.errors import ScheduleError
+from tensorir.tir.ir import Allocate, PrimFunc, walk_stmts
 
 from . import worker as W
 from .spec import WorkloadSpec, _one_line
@@ -284,17 +284,16 @@ class Measurer:
     """
 
     def __init__(self, spec: WorkloadSpec, config: MeasureConfig | None = None):
-        from tensorir.runtime import host_target
+        from tensorir.target import Target
         self.spec = spec
         self.config = config or MeasureConfig()
-        host = host_target()
         cpus = sorted(os.sched_getaffinity(0))
         self.threads = self.config.threads or len(cpus)
         self.overlap = self.threads < len(cpus)
         runner_cpus = cpus[:self.threads] if self.overlap else None
         builder_cpus = cpus[self.threads:] if self.overlap else None
         n_builders = self.config.builders or (len(builder_cpus) if self.overlap else len(cpus))
-        self.target = {"kind": "llvm", "cpu": host["cpu"], "features": host["features"], "threads": self.threads}
+        self.target = Target.host(self.threads).record()
         limit = self.config.memory_limit_mb
         self._builders = [W.WorkerProcess("builder", {"affinity": builder_cpus, "memory_limit_mb": limit})
                           for _ in range(max(1, n_builders))]

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from collections import Counter, defaultdict
 
-from tensorir.ir import Allocate, For, ForKind, Scope, walk_stmts
+from tensorir.tir.ir import Allocate, For, ForKind, Scope, walk_stmts
 
 
 def explain(func) -> list:
@@ -53,7 +53,7 @@ def _spec_for(rec):
 def report(log_paths=None, workload: str | None = None, params=(), top: int = 3, show_nest: bool = False) -> str:
     from logs import TuningLog, default_log_paths, describe_target
     from schedules import Schedule
-    from tensorir.errors import ScheduleError
+    from schedules.errors import ScheduleError
 
     from .cli import CLIError
     from .spec import SpecError, WorkloadSpec

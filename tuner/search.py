@@ -68,7 +68,7 @@ import numpy as np
 
 from logs import TuningLog, TuningRecord
 from schedules.space import FixedDecisions, GeneratedSpace, MutatedDecisions, OptunaDecisions
-from tensorir.errors import ScheduleError
+from schedules.errors import ScheduleError
 
 from .measure import MeasureConfig, MeasureResult, Measurer
 from .spec import WorkloadSpec
@@ -155,10 +155,8 @@ PARENTS = 8         # mutants are made from this many of the best measured sched
 
 
 def host_target(threads: int | None) -> dict:
-    from tensorir.runtime import host_target as ht
-    t = ht()
-    return {"kind": "llvm", "cpu": t["cpu"], "features": t.get("features", ""),
-            "threads": threads or t["num_cores"]}
+    from tensorir.target import Target
+    return Target.host(threads or None).record()
 
 
 def pretrain_from_log(model, log, exclude_key: str, target: dict, limit: int = 256) -> int:

@@ -23,7 +23,7 @@ from typing import Callable
 
 import numpy as np
 
-from tensorir import registry
+from tensorir.ops import registry as registry
 from tensorir.te import Tensor
 
 from .layout import placed, placed_empty
@@ -96,11 +96,11 @@ class WorkloadSpec:
     Parameters
     ----------
     name : str
-        A built-in workload name (see :func:`tensorir.registry.list_workloads`)
+        A built-in workload name (see :func:`tensorir.ops.registry.list_workloads`)
         or ``"path/to/file.py:function"``.
     params : dict, optional
         Keyword parameters.  For a built-in they are validated and completed
-        with defaults (:meth:`tensorir.registry.Workload.bind`).
+        with defaults (:meth:`tensorir.ops.registry.Workload.bind`).
 
     Raises
     ------
@@ -272,7 +272,7 @@ class WorkloadSpec:
             raise SpecError(f"{where}: input(s) {', '.join(map(repr, late))} listed after output "
                             f"{tensors[first_out].name!r}; return the inputs first, then the outputs")
         from schedules.schedule import Schedule
-        from tensorir.errors import ScheduleError
+        from schedules.errors import ScheduleError
         try:
             Schedule(tensors)
         except ScheduleError as err:
@@ -282,8 +282,8 @@ class WorkloadSpec:
     # --------------------------------------------------------------- derived
     @property
     def key(self) -> str:
-        """Structural workload key (:func:`tensorir.serialize.workload_key`)."""
-        from tensorir.serialize import workload_key
+        """Structural workload key (:func:`tensorir.te.serialize.workload_key`)."""
+        from tensorir.te.serialize import workload_key
         return workload_key(self.tensors())
 
     @property
@@ -291,7 +291,7 @@ class WorkloadSpec:
         """Floating-point operations of one run."""
         if self._workload is not None:
             return int(self._workload.flops_fn(**self.params))
-        from tensorir.evaluate import count_flops
+        from tensorir.te.evaluate import count_flops
         return int(count_flops(self.tensors()))
 
     @property
@@ -312,7 +312,7 @@ class WorkloadSpec:
     @property
     def reduction_length(self) -> int:
         """Largest number of terms any one stage reduces over (1 if there is no reduction)."""
-        from tensorir.evaluate import topo_stages
+        from tensorir.te.evaluate import topo_stages
         longest = 1
         for t in topo_stages(self.tensors()):
             if not t.is_placeholder:
@@ -345,7 +345,7 @@ class WorkloadSpec:
         """The expected outputs for ``inputs``: numpy implementation (built-in) or the evaluator."""
         if self._workload is not None:
             return list(self._workload.reference_fn(list(inputs), **self.params))
-        from tensorir.evaluate import evaluate
+        from tensorir.te.evaluate import evaluate
         return evaluate(self.tensors(), list(inputs))
 
     def numpy_impl(self) -> Callable | None:

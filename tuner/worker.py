@@ -189,7 +189,7 @@ def _error_reply(kind: str, err: BaseException, prefix: str = "") -> tuple:
 def compile_object(func):
     """Codegen + verify + optimize + emit: ``func`` as ELF object bytes.
 
-    The same steps as :func:`tensorir.build.compile_func` (default LLVM
+    The same steps as :func:`tensorir.runtime.compile_func` (default LLVM
     pipeline settings) without the JIT link, so the object can be made in one
     process and linked in another.
 
@@ -198,7 +198,7 @@ def compile_object(func):
     (bytes, bool)
         The object image and whether it calls libgomp.
     """
-    from tensorir.build import compile_module
+    from tensorir.runtime import compile_module
     _, obj, uses_openmp = compile_module(func)
     return obj, uses_openmp
 
@@ -211,7 +211,7 @@ def builder_main(conn, init: dict) -> None:
     setup_error = None
     try:
         _setup_child(init)
-        from tensorir import runtime
+        from tensorir.runtime import llvm as runtime
         runtime.target_machine()
     except BaseException as err:  # noqa: BLE001 - reported with every job, never raised in the parent
         setup_error = f"builder process failed to start: {type(err).__name__}: {err}"
@@ -326,9 +326,9 @@ class _Runner:
         self.flush = None
         if self.cfg["flush_cache"]:
             self.flush = np.zeros(cache_flush_bytes() // 8, dtype=np.int64)
-        from tensorir import runtime
-        runtime.target_machine()
-        self.runtime = runtime
+        from tensorir.runtime import jit, llvm
+        llvm.target_machine()
+        self.runtime = jit
 
     # ----------------------------------------------------------- correctness
     def check(self) -> str | None:

@@ -25,9 +25,9 @@ import hashlib
 import json
 import math
 
-from .evaluate import topo_stages
-from .expr import Binary, BinOp, Cast, Const, Expr, Select, Unary, UnOp, Var
-from .te import Reduce, Reducer, TensorRead
+from tensorir.te.evaluate import topo_stages
+from tensorir.te.expr import Binary, BinOp, Cast, Const, Expr, Select, Unary, UnOp, Var
+from tensorir.te.tensor import Reduce, Reducer, TensorRead
 
 FORMAT = "tensortune.workload/1"
 KEY_LENGTH = 24  # hex digits of sha256 kept in a key (96 bits)

@@ -1,12 +1,12 @@
 """Memory addressing: buffer offsets and affine pointer chains hoisted per loop
-level.  A mixin of :class:`~tensorir.codegen.FunctionGen`.
+level.  A mixin of :class:`~tensorir.codegen.function.FunctionGen`.
 """
 from __future__ import annotations
 
 from llvmlite import ir
 
-from .ir import Buffer
-from .llvm_types import I64, LLTYPE, CodegenError, _is_scalar_const, strides
+from tensorir.tir.ir import Buffer
+from tensorir.codegen.types import I64, LLTYPE, CodegenError, _is_scalar_const, strides
 
 
 class Addressing:

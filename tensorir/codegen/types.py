@@ -1,11 +1,12 @@
 """LLVM types, constants and small helpers shared by the code generator's modules."""
 from __future__ import annotations
 
+import contextlib
 import math
 
 from llvmlite import ir
 
-from .ir import Buffer
+from tensorir.tir.ir import Buffer
 
 
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
@@ -36,3 +37,24 @@ def strides(buf: Buffer) -> list:
         out.append(acc)
         acc *= extent
     return out[::-1]
+
+
+@contextlib.contextmanager
+def scoped(mapping: dict, key, value):
+    """Bind ``mapping[key] = value`` for the duration of a ``with`` block."""
+    old = mapping.get(key)
+    mapping[key] = value
+    yield
+    if old is None:
+        del mapping[key]
+    else:
+        mapping[key] = old
+
+
+def type_suffix(ty) -> str:
+    """LLVM intrinsic name mangling for a (vector of) scalar type."""
+    if isinstance(ty, ir.VectorType):
+        return f"v{ty.count}{type_suffix(ty.element)}"
+    if isinstance(ty, ir.PointerType):
+        return "p0"
+    return {F32: "f32", F64: "f64"}.get(ty) or f"i{ty.width}"

@@ -19,13 +19,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .errors import LoweringError
-from .expr import Binary, BinOp, Const, Expr, Var, const
-from .ir import Allocate, Buffer, For, ForKind, IfThenElse, Load, PrimFunc, Scope, Store, seq
-from .simplify import Linear, _lin, _Simplifier, int_range, linear_range, simplify
-from .stage import Fuse, Split, Stage, StageGraph
-from .rewrite import rewrite as _rewrite, substitute as _substitute
-from .te import AxisKind, Reduce, Reducer, TensorRead, free_vars
+from schedules.errors import LoweringError
+from tensorir.te.expr import Binary, BinOp, Const, Expr, Var, const
+from tensorir.tir.ir import Allocate, Buffer, For, ForKind, IfThenElse, Load, PrimFunc, Scope, Store, seq
+from tensorir.tir.transform.simplify import Linear, _lin, _Simplifier, int_range, linear_range, simplify
+from schedules.state import Fuse, Split, Stage, StageGraph
+from tensorir.tir.rewrite import rewrite as _rewrite, substitute as _substitute
+from tensorir.te import AxisKind, Reduce, Reducer, TensorRead, free_vars
 
 MAX_VECTOR_LANES = 64
 _TIGHT = (ForKind.UNROLLED, ForKind.VECTORIZED)  # loops where a guard blocks vector/register code
@@ -191,7 +191,7 @@ class _Lowering:
         multiple of its extent), the last tile ends at the edge rounded up to the extent.
         Integer division by a value is excluded (a padded zero divisor would trap).
         """
-        from .te import walk
+        from tensorir.te import walk
         body = s.body.source if isinstance(s.body, Reduce) else s.body
         if any(isinstance(n, Binary) and n.op in (BinOp.FLOORDIV, BinOp.MOD) and not isinstance(n.b, Const)
                for n in walk(body)):

@@ -10,7 +10,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from .expr import Expr, Var
+from tensorir.te.expr import Expr, Var
+from tensorir.te.printer import expr_str
 
 
 class Scope(enum.Enum):
@@ -53,6 +54,9 @@ class Load(Expr):
     def __repr__(self):
         return f"Load({self.buffer.name}, {self.indices!r})"
 
+    def text(self) -> str:
+        return f"{self.buffer.name}[{', '.join(expr_str(i) for i in self.indices)}]"
+
 
 class ForKind(enum.Enum):
     SERIAL = "serial"
@@ -65,7 +69,7 @@ class Stmt:
     __slots__ = ()
 
     def __str__(self) -> str:
-        from .printer import stmt_str
+        from tensorir.tir.printer import stmt_str
         return stmt_str(self)
 
 
@@ -111,7 +115,7 @@ class PrimFunc:
     body: Stmt
 
     def __str__(self) -> str:
-        from .printer import func_str
+        from tensorir.tir.printer import func_str
         return func_str(self)
 
 

@@ -19,8 +19,8 @@ import enum
 import inspect
 from dataclasses import dataclass, field
 
-from . import expr as E
-from .expr import (Binary, BinOp, Const, Expr, ExprError, Select, UnOp, Var,
+from tensorir.te import expr as E
+from tensorir.te.expr import (Binary, BinOp, Const, Expr, ExprError, Select, UnOp, Var,
                    as_expr, cast, const, select)
 
 

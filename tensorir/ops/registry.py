@@ -1,6 +1,6 @@
 """The registry of built-in workloads: named, parameterized operators with numpy references.
 
->>> from tensorir.registry import get_workload
+>>> from tensorir.ops.registry import get_workload
 >>> w = get_workload("matmul")
 >>> params = w.parse_params(["M=128", "N=64"])        # K takes its default
 >>> params
@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from . import ops
+from tensorir.ops import library as ops
 
 
 class WorkloadError(ValueError):

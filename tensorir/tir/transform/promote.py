@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import itertools
 
-from .expr import Const, Var, children
-from .ir import Allocate, Buffer, For, ForKind, IfThenElse, Load, Scope, Seq, Store, seq
-from .rewrite import rewrite, rewrite_stmt
+from tensorir.te.expr import Const, Var, children
+from tensorir.tir.ir import Allocate, Buffer, For, ForKind, IfThenElse, Load, Scope, Seq, Store, seq
+from tensorir.tir.rewrite import rewrite, rewrite_stmt
 
 
 def promote(body):

@@ -13,9 +13,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from .errors import WorkloadListError
-from .ir import ForKind
-from .te import AxisKind, Reduce, Tensor, TensorRead, walk
+from schedules.errors import WorkloadListError
+from tensorir.tir.ir import ForKind
+from tensorir.te import AxisKind, Reduce, Tensor, TensorRead, walk
 
 
 @dataclass(frozen=True, slots=True)

@@ -97,7 +97,7 @@ class Expr:
         return cast(dtype, self)
 
     def __str__(self) -> str:
-        from .printer import expr_str
+        from tensorir.te.printer import expr_str
         return expr_str(self)
 
 

@@ -1,38 +1,26 @@
-"""Loop-nest IR -> LLVM IR, built with ``llvmlite.ir``.
+"""Statements and expressions of one LLVM function (:class:`FunctionGen`).
 
-A :class:`~tensorir.ir.PrimFunc` becomes ``void @name(ptr %p0, ..., i32 %num_threads)``
-with one pointer per parameter buffer (dense, row-major).  Loop kinds map as:
-
-* ``SERIAL``: a counted loop (rotated, since every extent is a positive constant);
-* ``UNROLLED``: the body emitted ``extent`` times with the variable a constant;
-* ``PARALLEL``: outlined and run through ``GOMP_parallel`` with a static block
-  partition, consecutive parallel loops in one region (:mod:`tensorir.codegen_parallel`;
-  nested ones run serially);
-* ``VECTORIZED``: the body is emitted once with ``extent``-lane LLVM vectors
-  (:mod:`tensorir.codegen_vector`); bodies holding non-unrolled loops (and
-  extents above ``MAX_VECTOR_LANES``) fall back to a serial loop.
-
-Pure index arithmetic is hoisted to the outermost loop header where its
-variables are bound and shared between accesses (:meth:`FunctionGen.hoisted`),
-which keeps the IR handed to LLVM small: compile time matters to the tuner.
-
-Index arithmetic is i32; buffer offsets are flattened in i64.
+See :mod:`tensorir.codegen.module` for how loop kinds map to LLVM.
 """
 from __future__ import annotations
 
-import contextlib
-import itertools
+from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
-from .expr import (COMPARE_OPS, FLOAT_DTYPES, Binary, BinOp, Cast, Const, Select, Unary, UnOp,
+from tensorir.te.expr import (COMPARE_OPS, FLOAT_DTYPES, Binary, BinOp, Cast, Const, Select, Unary, UnOp,
                    Var, children)
-from .promote import LOCAL_STACK_LIMIT, promote
-from .ir import Allocate, For, ForKind, IfThenElse, Load, PrimFunc, Scope, Seq, Store, walk_stmts
-from .llvm_types import (_ITEMSIZE, F32, F64, FP_FLAGS, I1, I32, I64, LLTYPE, PTR, VOID, CodegenError,
-                         _is_scalar_const, _splat)
-from .codegen_address import Addressing
-from .codegen_parallel import ParallelRegions
+from tensorir.tir.transform.promote import LOCAL_STACK_LIMIT
+from tensorir.tir.ir import Allocate, For, ForKind, IfThenElse, Load, PrimFunc, Scope, Seq, Store, walk_stmts
+from tensorir.codegen.types import (_ITEMSIZE, F32, F64, FP_FLAGS, I1, I32, I64, LLTYPE, PTR, VOID, CodegenError,
+                         _is_scalar_const, _splat, scoped, type_suffix)
+from tensorir.codegen.address import Addressing
+from tensorir.codegen.simd_math import vector_exp, vector_log, vector_tanh
+from tensorir.codegen.vector import VectorContext
+from tensorir.codegen.parallel import ParallelRegions
+
+if TYPE_CHECKING:
+    from tensorir.codegen.module import ModuleGen
 
 MAX_VECTOR_LANES = 256          # wider VECTORIZED loops become serial (LLVM may still vectorize)
 ALLOC_ALIGN = 64
@@ -41,41 +29,6 @@ _ICMP = {BinOp.LT: "<", BinOp.LE: "<=", BinOp.GT: ">", BinOp.GE: ">=", BinOp.EQ:
 _FLOAT_BINOPS = {BinOp.ADD: "fadd", BinOp.SUB: "fsub", BinOp.MUL: "fmul", BinOp.DIV: "fdiv"}
 _INT_BINOPS = {BinOp.ADD: "add", BinOp.SUB: "sub", BinOp.MUL: "mul"}
 _FLOAT_INTRINSIC = {UnOp.EXP: "exp", UnOp.LOG: "log", UnOp.SQRT: "sqrt", UnOp.TANH: "tanh"}
-
-
-def codegen(func: PrimFunc) -> ir.Module:
-    """Translate a lowered function into an LLVM module.
-
-    Parameters
-    ----------
-    func : PrimFunc
-        The loop-nest function.  Its parameters must have scope PARAM.
-
-    Returns
-    -------
-    llvmlite.ir.Module
-        A module defining ``void @<func.name>(ptr, ..., ptr, i32 num_threads)``
-        plus internal outlined parallel bodies.  ``str()`` gives LLVM IR text.
-        ``module.uses_openmp`` tells whether it calls libgomp.
-    """
-    gen = ModuleGen(func.name)
-    fnty = ir.FunctionType(VOID, [PTR] * len(func.params) + [I32])
-    fn = ir.Function(gen.module, fnty, func.name)
-    fn.attributes.add("nounwind")
-    fg = FunctionGen(gen, fn, in_parallel=False)
-    for arg, buf in zip(fn.args, func.params):
-        if buf.scope is not Scope.PARAM:
-            raise CodegenError(f"parameter {buf.name!r} has scope {buf.scope.value}, expected param")
-        arg.name = _ident(buf.name)
-        # Kernel.__call__ rejects overlapping arrays, so params never alias.
-        arg.add_attribute("noalias")
-        fg.bufs[buf] = arg
-    fn.args[-1].name = "num_threads"
-    fg.num_threads = fn.args[-1]
-    fg.emit_body(promote(func.body))
-    gen.module.uses_openmp = "GOMP_parallel" in gen.module.globals
-    return gen.module
-
 
 class _Poison(ir.Constant):
     """``poison`` of any type (llvmlite spells vector undef element by element)."""
@@ -86,48 +39,15 @@ class _Poison(ir.Constant):
     def _get_reference(self):
         return "poison"
 
-
-@contextlib.contextmanager
-def scoped(mapping: dict, key, value):
-    """Bind ``mapping[key] = value`` for the duration of a ``with`` block."""
-    old = mapping.get(key)
-    mapping[key] = value
-    yield
-    if old is None:
-        del mapping[key]
-    else:
-        mapping[key] = old
-
-
 def _builder_before_terminator(block) -> ir.IRBuilder:
     builder = ir.IRBuilder(block)
     builder.position_before(block.terminator)
     return builder
 
-
-def _ident(name: str) -> str:
+def ident(name: str) -> str:
     return "".join(c if c.isalnum() or c == "_" else "_" for c in name) or "arg"
 
-
 # ---------------------------------------------------------------- small IR queries
-
-def _any_expr(e, pred) -> bool:
-    stack = [e]
-    while stack:
-        n = stack.pop()
-        if pred(n):
-            return True
-        stack.extend(children(n))
-    return False
-
-
-def _unsafe_node(n) -> bool:
-    """A node that must not be evaluated speculatively (may fault)."""
-    if isinstance(n, Load):
-        return True
-    return (isinstance(n, Binary) and n.op in (BinOp.FLOORDIV, BinOp.MOD)
-            and not (isinstance(n.b, Const) and n.b.value != 0))
-
 
 def is_nonnegative(e) -> bool:
     """Conservative proof that an int expression is >= 0 (loop vars are)."""
@@ -146,132 +66,6 @@ def is_nonnegative(e) -> bool:
 
 
 
-
-# ---------------------------------------------------------------- module state
-
-class ModuleGen:
-    """Module-wide state: the llvmlite module, declarations, outlined names."""
-
-    def __init__(self, name: str):
-        self.name = name
-        self.module = ir.Module(name=_ident(name))
-        self._memo = {}     # (query, id(node)) -> (answer, node): linear-time IR queries
-        self._outlined = itertools.count()
-        self.linear_memo = {}   # VectorContext.linear results, shared by all vector loops
-        self._canon = {}
-        self._consts = {}
-
-    def declare(self, name: str, ret, args) -> ir.Function:
-        """The external function (or intrinsic) ``name``, declared on first use."""
-        fn = self.module.globals.get(name)
-        return fn if fn is not None else ir.Function(self.module, ir.FunctionType(ret, list(args)), name)
-
-    def internal_function(self, name: str, argtypes, *attrs) -> ir.Function:
-        fn = ir.Function(self.module, ir.FunctionType(VOID, list(argtypes)), name)
-        fn.linkage = "internal"
-        for a in ("nounwind",) + attrs:
-            fn.attributes.add(a)
-        return fn
-
-    def outlined_name(self) -> str:
-        return f"{self.name}.par{next(self._outlined)}"
-
-    def _query(self, kind, node, pred) -> bool:
-        # Keyed by identity (hashing frozen dataclasses recurses); the node is
-        # kept alive in the entry so its id cannot be reused.
-        hit = self._memo.get((kind, id(node)))
-        if hit is None:
-            hit = self._memo[(kind, id(node))] = (_any_expr(node, pred), node)
-        return hit[0]
-
-    def canon(self, e) -> int:
-        """Identity of a structurally equal representative (for value-cache keys)."""
-        hit = self._memo.get(("canon", id(e)))
-        if hit is None:
-            hit = self._memo[("canon", id(e))] = (id(self._canon.setdefault(e, e)), e)
-        return hit[0]
-
-    def i32(self, k: int) -> ir.Constant:
-        """Interned i32 constant, so values computed from it share cache keys."""
-        c = self._consts.get(k)
-        if c is None:
-            c = self._consts[k] = ir.Constant(I32, k)
-        return c
-
-    def ramp(self, lanes: int) -> ir.Constant:
-        """The interned vector ``<0, 1, ..., lanes-1>``."""
-        c = self._consts.get(("ramp", lanes))
-        if c is None:
-            c = self._consts[("ramp", lanes)] = ir.Constant(ir.VectorType(I32, lanes), list(range(lanes)))
-        return c
-
-    def free_vars(self, e) -> tuple:
-        hit = self._memo.get(("vars", id(e)))
-        if hit is None:
-            names, stack = set(), [e]
-            while stack:
-                n = stack.pop()
-                if isinstance(n, Var):
-                    names.add(n.name)
-                stack.extend(children(n))
-            hit = self._memo[("vars", id(e))] = (tuple(sorted(names)), e)
-        return hit[0]
-
-    def affine(self, e):
-        """``e`` as ``({key: coef}, const, atoms)``: a sum of loop variables and opaque atoms.
-
-        Keys are variable names (str) or atom identities (int, see :meth:`canon`);
-        ``atoms`` maps the latter to their (non-linear, load-free) expressions.
-        Returns None when ``e`` reads memory.  Memoized by identity.
-        """
-        hit = self._memo.get(("affine", id(e)))
-        if hit is None:
-            hit = self._memo[("affine", id(e))] = (self._affine(e), e)
-        return hit[0]
-
-    def _affine(self, e):
-        if isinstance(e, Const):
-            return {}, int(e.value), {}
-        if isinstance(e, Var):
-            return {e.name: 1}, 0, {}
-        if self.unsafe(e):
-            return None
-        if isinstance(e, Binary) and e.op in (BinOp.ADD, BinOp.SUB):
-            la, lb = self.affine(e.a), self.affine(e.b)
-            if la is not None and lb is not None:
-                sign = 1 if e.op is BinOp.ADD else -1
-                coefs = dict(la[0])
-                for k, c in lb[0].items():
-                    coefs[k] = coefs.get(k, 0) + sign * c
-                return ({k: c for k, c in coefs.items() if c}, la[1] + sign * lb[1],
-                        {**la[2], **lb[2]})
-        if isinstance(e, Binary) and e.op is BinOp.MUL:
-            for x, y in ((e.a, e.b), (e.b, e.a)):
-                if isinstance(y, Const):
-                    lx = self.affine(x)
-                    if lx is not None:
-                        c = int(y.value)
-                        return ({k: v * c for k, v in lx[0].items() if v * c}, lx[1] * c, lx[2])
-        key = self.canon(e)
-        return {key: 1}, 0, {key: e}
-
-    def unsafe(self, e) -> bool:
-        """Whether evaluating ``e`` speculatively could fault."""
-        return self._query("unsafe", e, _unsafe_node)
-
-    def uses_var(self, e, name: str) -> bool:
-        return self._query(("uses", name), e, lambda x: isinstance(x, Var) and x.name == name)
-
-
-def type_suffix(ty) -> str:
-    """LLVM intrinsic name mangling for a (vector of) scalar type."""
-    if isinstance(ty, ir.VectorType):
-        return f"v{ty.count}{type_suffix(ty.element)}"
-    if isinstance(ty, ir.PointerType):
-        return "p0"
-    return {F32: "f32", F64: "f64"}.get(ty) or f"i{ty.width}"
-
-
 # ---------------------------------------------------------------- function generation
 
 class FunctionGen(Addressing, ParallelRegions):
@@ -280,7 +74,7 @@ class FunctionGen(Addressing, ParallelRegions):
     ``vars`` maps loop-variable names to i32 values (constants when unrolled);
     ``bufs`` maps buffers to their base pointers.  When ``vec`` is set (inside a
     VECTORIZED loop), expressions may evaluate to vectors and memory accesses go
-    through :class:`tensorir.codegen_vector.VectorContext`.
+    through :class:`tensorir.codegen.vector.VectorContext`.
     """
 
     def __init__(self, mod: ModuleGen, fn: ir.Function, in_parallel: bool):
@@ -389,7 +183,6 @@ class FunctionGen(Addressing, ParallelRegions):
             return
         if s.kind is ForKind.VECTORIZED and self.vec is None and s.extent <= MAX_VECTOR_LANES \
                 and _vectorizable(s.body):
-            from .codegen_vector import VectorContext   # (it imports this module)
             for off, lanes in vector_chunks(s.extent, self.native_lanes()):
                 body = s.body if off == 0 else _shift_var(s.body, s.var, off)
                 if lanes == 1:      # a last odd lane: plain scalar code
@@ -409,10 +202,8 @@ class FunctionGen(Addressing, ParallelRegions):
         return (isinstance(s, For) and s.kind is ForKind.PARALLEL and s.extent > 1
                 and not self.in_parallel and self.vec is None)
 
-    @staticmethod
-    def native_lanes() -> int:
-        from .runtime import host_target
-        return max(4, host_target()["vector_bits"] // 32)
+    def native_lanes(self) -> int:
+        return max(4, self.mod.target.lanes32)
 
     def serial_loop(self, name, start, end, body, known_nonempty=False) -> None:
         """``for name in range(start, end)`` as a rotated loop with an i64 counter.
@@ -607,7 +398,6 @@ class FunctionGen(Addressing, ParallelRegions):
         if op is UnOp.EXP:
             return self.exp(a)
         if op in (UnOp.TANH, UnOp.LOG) and isinstance(a.type, ir.VectorType) and a.type.element == F32:
-            from .codegen_vector import vector_log, vector_tanh
             return (vector_tanh if op is UnOp.TANH else vector_log)(self, a)
         if op in _FLOAT_INTRINSIC:
             return self.call_intrinsic(f"llvm.{_FLOAT_INTRINSIC[op]}.{type_suffix(a.type)}", a.type, [a])
@@ -624,9 +414,8 @@ class FunctionGen(Addressing, ParallelRegions):
 
     def exp(self, x):
         """``exp(x)``: a SIMD polynomial for float32 vectors (see
-        :func:`tensorir.codegen_vector.vector_exp`), ``llvm.exp`` otherwise."""
+        :func:`tensorir.codegen.vector.vector_exp`), ``llvm.exp`` otherwise."""
         if isinstance(x.type, ir.VectorType) and x.type.element == F32:
-            from .codegen_vector import vector_exp
             return vector_exp(self, x)
         return self.call_intrinsic(f"llvm.exp.{type_suffix(x.type)}", x.type, [x])
 
@@ -722,7 +511,7 @@ def vector_chunks(extent: int, native: int) -> list:
 
 def _shift_var(body, var: Var, off: int):
     """``body`` with ``var`` replaced by ``var + off``."""
-    from .rewrite import rewrite_stmt, substitute
+    from tensorir.tir.rewrite import rewrite_stmt, substitute
     shifted = {var: Binary(BinOp.ADD, var, Const(off, "int32"))}
     return rewrite_stmt(body, lambda e: substitute(e, shifted))
 

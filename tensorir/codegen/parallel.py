@@ -1,15 +1,15 @@
 """Parallel loops: outlined into one worker per run of consecutive parallel loops,
 run on libgomp's thread team (``GOMP_parallel``) with a static block partition
 and ``GOMP_barrier`` between the loops.  A mixin of
-:class:`~tensorir.codegen.FunctionGen`.
+:class:`~tensorir.codegen.function.FunctionGen`.
 """
 from __future__ import annotations
 
 from llvmlite import ir
 
-from .expr import Var, children
-from .ir import IfThenElse, Load, Store, walk_stmts
-from .llvm_types import I32, PTR, VOID
+from tensorir.te.expr import Var, children
+from tensorir.tir.ir import IfThenElse, Load, Store, walk_stmts
+from tensorir.codegen.types import I32, PTR, VOID
 
 
 def free_names(stmt) -> tuple:

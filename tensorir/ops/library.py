@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import te
+from tensorir import te
 
 FLOAT_DTYPES = ("float32", "float64")
 NUMERIC_DTYPES = ("float32", "float64", "int32")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from .expr import (Binary, BinOp, Cast, Const, Expr, Select, Unary, UnOp, Var, const)
+from tensorir.te.expr import (Binary, BinOp, Cast, Const, Expr, Select, Unary, UnOp, Var, const)
 
 # A range is an inclusive integer interval (lo, hi); ``None`` means unknown.
 Ranges = dict  # Var -> (lo, hi)
@@ -343,7 +343,7 @@ def coefficient(e: Expr, v: Var):
 
 
 def _mentions(e: Expr, v: Var) -> bool:
-    from .expr import children
+    from tensorir.te.expr import children
     stack = [e]
     while stack:
         n = stack.pop()

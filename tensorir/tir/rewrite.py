@@ -1,9 +1,9 @@
 """Generic bottom-up rewriting and substitution of expressions (TE and loop IR)."""
 from __future__ import annotations
 
-from .expr import Binary as B, Cast, Expr, Select, Unary, Var
-from .ir import Allocate, For, IfThenElse, Load, Seq, Store
-from .te import Reduce, TensorRead
+from tensorir.te.expr import Binary as B, Cast, Expr, Select, Unary, Var
+from tensorir.tir.ir import Allocate, For, IfThenElse, Load, Seq, Store
+from tensorir.te import Reduce, TensorRead
 
 
 def rewrite(e: Expr, fn):

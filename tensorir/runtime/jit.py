@@ -1,0 +1,166 @@
+"""The JIT and the runtime libraries generated code links against (libgomp, libc)."""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import glob
+import itertools
+import os
+import site
+import sys
+import sysconfig
+
+import llvmlite.binding as llvm
+
+from tensorir.runtime.llvm import LLVM_LOCK, initialize
+
+_SYSTEM_LIBGOMP = "/usr/lib/x86_64-linux-gnu/libgomp.so.1"
+# Wheels that vendor a libgomp copy (auditwheel renames it libgomp-<hash>.so*).
+_WHEEL_LIB_DIRS = ("scikit_learn.libs", "xgboost_cpu.libs", "xgboost.libs", "torch/lib",
+                   "scipy.libs", "numpy.libs")
+
+# Symbols generated code may call; resolved explicitly so the JIT never depends
+# on how the dynamic loader scoped the libraries.
+_OMP_SYMBOLS = ("GOMP_parallel", "GOMP_barrier", "omp_get_thread_num", "omp_get_num_threads")
+_LIBC_SYMBOLS = ("aligned_alloc", "free")
+
+
+class RuntimeLibraryError(RuntimeError):
+    """A runtime library the generated code needs (libgomp) could not be found."""
+
+
+
+_state: dict = {}
+_library_names = itertools.count()
+
+
+def _site_dirs() -> list:
+    dirs = []
+    for getter in (site.getsitepackages, lambda: [site.getusersitepackages()]):
+        try:
+            dirs.extend(getter())
+        except Exception:  # pragma: no cover - unusual interpreters
+            pass
+    dirs.append(sysconfig.get_paths()["purelib"])
+    dirs.extend(p for p in sys.path if p.endswith("site-packages"))
+    seen, out = set(), []
+    for d in dirs:
+        if d not in seen and os.path.isdir(d):
+            seen.add(d)
+            out.append(d)
+    return out
+
+
+def libgomp_candidates() -> list:
+    """Paths (or sonames) where libgomp may be found, in order of preference."""
+    found = []
+    name = ctypes.util.find_library("gomp")
+    if name:
+        found.append(name)
+    if os.path.exists(_SYSTEM_LIBGOMP):
+        found.append(_SYSTEM_LIBGOMP)
+    for d in _site_dirs():
+        for sub in _WHEEL_LIB_DIRS:
+            found.extend(sorted(glob.glob(os.path.join(d, sub, "libgomp*.so*"))))
+    return found
+
+
+def load_libgomp() -> str:
+    """Load libgomp into the process so JIT code can call ``GOMP_parallel``.
+
+    Returns
+    -------
+    str
+        The path or soname that was loaded.
+
+    Raises
+    ------
+    RuntimeLibraryError
+        If no libgomp copy can be found or loaded.
+    """
+    if "gomp" in _state:
+        return _state["gomp"]
+    with LLVM_LOCK:
+        errors = []
+        for cand in libgomp_candidates():
+            try:
+                lib = ctypes.CDLL(cand, mode=ctypes.RTLD_GLOBAL)
+                llvm.load_library_permanently(cand)
+            except (OSError, RuntimeError) as exc:
+                errors.append(f"{cand}: {exc}")
+                continue
+            _state["gomp"] = cand
+            _state["gomp_lib"] = lib
+            return cand
+        tried = "; ".join(errors) or "no candidates"
+        raise RuntimeLibraryError(
+            "tensortune needs the GNU OpenMP runtime (libgomp) for parallel loops, but none "
+            "was found (looked via ctypes.util.find_library('gomp'), "
+            f"{_SYSTEM_LIBGOMP} and libgomp copies bundled in site-packages wheels; {tried}). "
+            "Install it, e.g. 'apt-get install libgomp1' or 'pip install scikit-learn'.")
+
+
+def libgomp_path() -> str:
+    """Absolute path of the loaded libgomp (resolving a bare soname)."""
+    cand = load_libgomp()
+    if os.path.isabs(cand):
+        return cand
+    # Resolve a soname such as 'libgomp.so.1' through the loaded symbol.
+    addr = ctypes.cast(_state["gomp_lib"].GOMP_parallel, ctypes.c_void_p).value
+
+    class _DlInfo(ctypes.Structure):
+        _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
+                    ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
+    info = _DlInfo()
+    libdl = ctypes.CDLL(None)
+    if libdl.dladdr(ctypes.c_void_p(addr), ctypes.byref(info)) and info.dli_fname:
+        return os.path.realpath(info.dli_fname.decode())
+    return cand
+
+
+# ---------------------------------------------------------------- JIT
+
+def _jit() -> llvm.LLJIT:
+    if "jit" not in _state:
+        initialize()
+        _state["jit"] = llvm.create_lljit_compiler()
+    return _state["jit"]
+
+
+def _runtime_symbols(need_omp: bool) -> dict:
+    key = ("symbols", need_omp)
+    if key not in _state:
+        names = list(_LIBC_SYMBOLS)
+        if need_omp:
+            load_libgomp()
+            names += _OMP_SYMBOLS
+        addresses = {n: llvm.address_of_symbol(n) for n in names}
+        _state[key] = {n: a for n, a in addresses.items() if a}
+    return _state[key]
+
+
+def jit_link(obj: bytes, symbol: str, need_omp: bool = False):
+    """Load an object image into the JIT and look up ``symbol``.
+
+    Parameters
+    ----------
+    obj : bytes
+        ELF object produced by :func:`emit_object`.
+    symbol : str
+        The exported function to look up.
+    need_omp : bool
+        Whether the object calls libgomp (loaded on demand).
+
+    Returns
+    -------
+    (tracker, int)
+        The resource tracker that keeps the code alive (drop it to free the JIT
+        memory) and the function's address.
+    """
+    with LLVM_LOCK:
+        builder = llvm.JITLibraryBuilder().add_object_img(obj).add_current_process()
+        for name, addr in _runtime_symbols(need_omp).items():
+            builder.import_symbol(name, addr)
+        builder.export_symbol(symbol)
+        tracker = builder.link(_jit(), f"tensortune_kernel_{next(_library_names)}")
+        return tracker, tracker[symbol]

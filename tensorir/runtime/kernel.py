@@ -1,0 +1,205 @@
+"""The compiled kernel: callable on numpy arrays, exportable as an object file or shared library.
+
+>>> kernel(a, b, c)                 # numpy arrays in parameter order; outputs in place
+"""
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import os
+import shutil
+import subprocess
+import tempfile
+
+import numpy as np
+
+from tensorir.runtime import llvm as runtime
+from tensorir.runtime.jit import libgomp_path
+from tensorir.target import Target
+from tensorir.tir.ir import PrimFunc, Store, walk_stmts
+
+
+class ToolchainError(RuntimeError):
+    """No usable C compiler/linker for :meth:`Kernel.export_library`."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _ParamSpec:
+    name: str
+    dtype: np.dtype
+    shape: tuple
+    is_output: bool
+
+
+class Kernel:
+    """A compiled :class:`~tensorir.tir.ir.PrimFunc`, callable on numpy arrays.
+
+    Attributes
+    ----------
+    func : PrimFunc
+        The loop-nest function this kernel was compiled from.
+    name : str
+        The symbol name (``func.name``).
+    threads : int
+        Threads used by parallel loops (default: the usable cores).
+    compile_seconds : float
+        Wall time of codegen + optimization + machine code + JIT link.
+    """
+
+    def __init__(self, func: PrimFunc, address: int, *, keepalive=None, module=None,
+                 object_code: bytes | None = None, uses_openmp: bool = False,
+                 compile_seconds: float = 0.0):
+        self.func = func
+        self.name = func.name
+        self.compile_seconds = compile_seconds
+        self.uses_openmp = uses_openmp
+        self._address = address
+        self._keepalive = keepalive      # JIT resource tracker or ctypes.CDLL
+        self._module = module            # optimized llvmlite.binding module (JIT only)
+        self._object = object_code
+        self._llvm_ir = None
+        self._threads = Target.host().cores
+        outputs = {s.buffer for s in walk_stmts(func.body) if isinstance(s, Store)}
+        self._specs = tuple(_ParamSpec(b.name, np.dtype(b.dtype), tuple(b.shape), b in outputs)
+                            for b in func.params)
+        proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * len(func.params)), ctypes.c_int32)
+        self._cfunc = proto(address)
+
+    # -------------------------------------------------------- properties
+    @property
+    def threads(self) -> int:
+        return self._threads
+
+    @threads.setter
+    def threads(self, n: int) -> None:
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise ValueError(f"kernel '{self.name}': threads must be a positive int, got {n!r}")
+        self._threads = int(n)
+
+    @property
+    def llvm_ir(self) -> str | None:
+        """Optimized LLVM IR text (None for a kernel loaded from a shared library)."""
+        if self._llvm_ir is None and self._module is not None:
+            with runtime.LLVM_LOCK:
+                self._llvm_ir = str(self._module)
+        return self._llvm_ir
+
+    def asm(self) -> str:
+        """Host assembly of the kernel, generated on demand."""
+        if self._module is None:
+            raise RuntimeError(f"kernel '{self.name}' was loaded from a library; no IR to assemble")
+        return runtime.emit_assembly(self._module)
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{s.name}: {s.dtype}{list(s.shape)}" for s in self._specs)
+        return f"<Kernel {self.name}({params}) threads={self.threads}>"
+
+    # -------------------------------------------------------- calling
+    def _check(self, arrays) -> list:
+        specs = self._specs
+        if len(arrays) != len(specs):
+            names = ", ".join(s.name for s in specs)
+            raise TypeError(f"kernel '{self.name}' takes {len(specs)} arrays ({names}), "
+                            f"got {len(arrays)}")
+        ptrs, spans = [], []
+        for i, (a, s) in enumerate(zip(arrays, specs)):
+            where = f"kernel '{self.name}': argument {i} ('{s.name}')"
+            if not isinstance(a, np.ndarray):
+                raise TypeError(f"{where} must be a numpy.ndarray, got {type(a).__name__}")
+            if a.dtype != s.dtype:
+                raise TypeError(f"{where} has dtype {a.dtype}, expected {s.dtype}")
+            if a.shape != s.shape:
+                raise ValueError(f"{where} has shape {a.shape}, expected {s.shape}")
+            if not a.flags.c_contiguous:
+                raise ValueError(f"{where} is not C-contiguous (use np.ascontiguousarray)")
+            if s.is_output and not a.flags.writeable:
+                raise ValueError(f"{where} is written by the kernel but the array is read-only")
+            ptr = a.ctypes.data
+            ptrs.append(ptr)
+            spans.append((ptr, ptr + a.nbytes, i))
+        # Parameters are declared noalias: an output may not overlap another array.
+        for i0 in range(len(spans)):
+            for i1 in range(i0 + 1, len(spans)):
+                (lo0, hi0, _), (lo1, hi1, _) = spans[i0], spans[i1]
+                if (specs[i0].is_output or specs[i1].is_output) and lo0 < hi1 and lo1 < hi0:
+                    raise ValueError(f"kernel '{self.name}': arguments {i0} ('{specs[i0].name}') "
+                                     f"and {i1} ('{specs[i1].name}') overlap in memory")
+        return ptrs
+
+    def __call__(self, *arrays) -> None:
+        """Run the kernel on ``arrays`` (parameter order); outputs are written in place."""
+        ptrs = self._check(arrays)
+        self._cfunc(*ptrs, self._threads)
+
+    def bind(self, *arrays):
+        """A no-argument callable that runs the kernel on ``arrays``, checked once, now.
+
+        For timing small kernels: a call skips the per-call checks of shapes
+        and dtypes (microseconds, more than a tiny kernel runs).  The callable
+        keeps the arrays alive; it uses the thread count set at bind time.
+        """
+        ptrs = self._check(arrays)
+        cfunc, threads = self._cfunc, self._threads
+
+        def run(_keep=arrays):
+            cfunc(*ptrs, threads)
+        return run
+
+    # -------------------------------------------------------- export
+    def export_object(self, path) -> None:
+        """Write the kernel as an ELF relocatable object file (PIC).
+
+        The object defines ``void <name>(void *p0, ..., void *pN, int num_threads)``
+        and, for parallel kernels, needs libgomp at link time.
+        """
+        if self._object is None:
+            raise RuntimeError(f"kernel '{self.name}' has no object code (loaded from a library)")
+        with open(path, "wb") as f:
+            f.write(self._object)
+
+    def export_library(self, path) -> None:
+        """Link the kernel into a shared library with the system C compiler.
+
+        Load it back with :func:`load_library`.
+
+        Raises
+        ------
+        ToolchainError
+            If no C compiler is found or linking fails.
+        """
+        cc = next((shutil.which(c) for c in ("cc", "gcc", "clang") if shutil.which(c)), None)
+        if cc is None:
+            raise ToolchainError("export_library needs a C compiler to link a shared library "
+                                 "(none of cc, gcc, clang is on PATH); export_object() works "
+                                 "without one")
+        libs = ["-lm"]
+        if self.uses_openmp:
+            gomp = libgomp_path()
+            libs = [gomp, f"-Wl,-rpath,{os.path.dirname(gomp)}"] + libs
+        with tempfile.TemporaryDirectory() as tmp:
+            obj = os.path.join(tmp, f"{self.name}.o")
+            self.export_object(obj)
+            cmd = [cc, "-shared", "-o", os.fspath(path), obj] + libs
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise ToolchainError(f"linking '{path}' failed ({' '.join(cmd)}):\n{proc.stderr}")
+
+
+def load_library(path, func: PrimFunc) -> Kernel:
+    """Load a library written by :meth:`Kernel.export_library` as a Kernel.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The shared library.
+    func : PrimFunc
+        The function it was built from (gives the symbol name and the
+        parameter checks).
+    """
+    lib = ctypes.CDLL(os.fspath(os.path.abspath(path)))
+    try:
+        sym = getattr(lib, func.name)
+    except AttributeError:
+        raise ValueError(f"library '{path}' does not define kernel '{func.name}'") from None
+    address = ctypes.cast(sym, ctypes.c_void_p).value
+    return Kernel(func, address, keepalive=lib)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from schedules.errors import DecisionError
 
 from .schedule import Schedule
-from .space import DecisionSource, FixedDecisions
+from .decisions import DecisionSource, FixedDecisions
 
 
 @dataclass(frozen=True)

@@ -67,7 +67,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from logs import TuningLog, TuningRecord
-from schedules.space import FixedDecisions, GeneratedSpace, MutatedDecisions, OptunaDecisions
+from schedules.decisions import FixedDecisions, MutatedDecisions, OptunaDecisions
+from schedules.space import GeneratedSpace
 from schedules.errors import ScheduleError
 
 from .measure import MeasureConfig, MeasureResult, Measurer

@@ -6,8 +6,7 @@
 >>> C = te.compute((64, 64), lambda i, j: te.sum(A[i, k] * A[k, j], axis=k), "C")
 
 Submodules: ``expr`` (scalar expressions), ``tensor`` (tensors and operations),
-``evaluate`` (the numpy reference evaluator), ``serialize`` (the structural workload key),
-``printer`` (readable text).
+``evaluate`` (the numpy reference evaluator), ``serialize`` (the structural workload key).
 """
 from tensorir.te.tensor import (  # noqa: F401
     AxisKind, Binary, ComputeOp, Const, Expr, IterVar, PlaceholderOp, Reduce, Reducer, Select, TEError,

@@ -20,7 +20,7 @@ import inspect
 from dataclasses import dataclass, field
 
 from tensorir.te import expr as E
-from tensorir.te.expr import (Binary, BinOp, Const, Expr, ExprError, Select, UnOp, Var,
+from tensorir.te.expr import (Binary, Const, Expr, ExprError, Select, UnOp, Var,
                    as_expr, cast, const, select)
 
 
@@ -87,6 +87,9 @@ class Reduce(Expr):
     def __repr__(self):
         return f"Reduce({self.reducer.value}, {self.source!r}, {[a.name for a in self.axes]})"
 
+    def text(self) -> str:
+        return f"{self.reducer.value}({E.expr_str(self.source)}, axis=[{', '.join(a.name for a in self.axes)}])"
+
 
 @dataclass(frozen=True, slots=True, repr=False)
 class TensorRead(Expr):
@@ -103,6 +106,9 @@ class TensorRead(Expr):
 
     def __repr__(self):
         return f"{self.tensor.name}[{', '.join(map(repr, self.indices))}]"
+
+    def text(self) -> str:
+        return f"{self.tensor.name}[{', '.join(E.expr_str(i) for i in self.indices)}]"
 
 
 @dataclass(frozen=True, slots=True)

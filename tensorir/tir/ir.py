@@ -11,7 +11,7 @@ import enum
 from dataclasses import dataclass
 
 from tensorir.te.expr import Expr, Var
-from tensorir.te.printer import expr_str
+from tensorir.te.expr import expr_str
 
 
 class Scope(enum.Enum):
@@ -69,7 +69,6 @@ class Stmt:
     __slots__ = ()
 
     def __str__(self) -> str:
-        from tensorir.tir.printer import stmt_str
         return stmt_str(self)
 
 
@@ -115,7 +114,6 @@ class PrimFunc:
     body: Stmt
 
     def __str__(self) -> str:
-        from tensorir.tir.printer import func_str
         return func_str(self)
 
 
@@ -150,3 +148,37 @@ def walk_stmts(s: Stmt):
         n = stack.pop()
         yield n
         stack.extend(reversed(stmt_children(n)))
+
+
+# ---------------------------------------------------------------- printing (Halide's print_loop_nest style)
+
+def stmt_lines(s, indent: int = 0) -> list:
+    pad = "  " * indent
+    if isinstance(s, Seq):
+        out = []
+        for c in s.stmts:
+            out.extend(stmt_lines(c, indent))
+        return out
+    if isinstance(s, For):
+        tag = "" if s.kind is ForKind.SERIAL else f"  # {s.kind.value}"
+        return [f"{pad}for {s.var.name} in range({s.extent}):{tag}"] + stmt_lines(s.body, indent + 1)
+    if isinstance(s, IfThenElse):
+        out = [f"{pad}if {expr_str(s.cond)}:"] + stmt_lines(s.then, indent + 1)
+        if s.otherwise is not None:
+            out += [f"{pad}else:"] + stmt_lines(s.otherwise, indent + 1)
+        return out
+    if isinstance(s, Allocate):
+        b = s.buffer
+        return [f"{pad}{b.name} = alloc_{b.scope.value}({list(b.shape)}, {b.dtype})"] + stmt_lines(s.body, indent)
+    if isinstance(s, Store):
+        return [f"{pad}{s.buffer.name}[{', '.join(expr_str(i) for i in s.indices)}] = {expr_str(s.value)}"]
+    return [f"{pad}{s!r}"]
+
+
+def stmt_str(s) -> str:
+    return "\n".join(stmt_lines(s))
+
+
+def func_str(f) -> str:
+    params = ", ".join(f"{b.name}: {b.dtype}{list(b.shape)}" for b in f.params)
+    return "\n".join([f"def {f.name}({params}):"] + stmt_lines(f.body, 1))

@@ -7,8 +7,9 @@ Strategies: random search (Optuna RandomSampler, no model), Optuna alone (TPE,
 each ask measured) and Optuna + cost model (the default tuner: once the model
 has 24 samples, 3 TPE asks per measured candidate; a quarter of each batch is
 TPE's first asks in its order, the rest the XGBoost model's top picks among the
-other asks), the session-13 default (half of each batch the model's picks among
-2 asks and 4 mutants of the best schedules per measured candidate), the default with the model ranking
+other asks), the mutant-picking policy the default replaced (half of each batch the model's picks
+among 2 asks and 4 mutants of the best schedules per measured candidate; why it was replaced:
+docs/decisions/001-search-policy-model-screens-tpe-asks.md), the default with the model ranking
 from its first training (8 samples, round 2), and the default with transfer:
 its log starts with the records of three other
 workloads (matmul 512, dense, a conv2d of another shape; tuned once per
@@ -58,10 +59,12 @@ WORKLOADS = {
 STRATEGIES = {"random": ("random", False, {}), "optuna": ("tpe", False, {}),
               "optuna+cost model": ("tpe", True, {}),
               "optuna+cost model+transfer": ("tpe", True, {}),
-              # the model ranks from its first training (8 samples; the default waits for 24)
+              # the model ranks from its first training (8 samples; the default waits for 24,
+              # why: docs/decisions/002-cost-model-warmup-24-samples.md)
               "optuna+cost model from round 2": ("tpe", True, {"model_warmup": 0}),
-              # the default up to session 13: half of each batch the model's picks among 2 TPE asks
+              # the policy the default replaced: half of each batch the model's picks among 2 TPE asks
               # and 4 mutants of the best schedules per measured candidate
+              # (why: docs/decisions/001-search-policy-model-screens-tpe-asks.md)
               "optuna+cost model+mutants": ("tpe", True, {"mutants_per_measure": 4, "asks_per_measure": 2,
                                                           "epsilon": 0.5})}
 LEARNING_CURVE = (8, 16, 24, 32, 64, 128, 256, 512)

@@ -1,15 +1,15 @@
 """Does the cost model earn its place?  Search strategies compared on equal trial budgets.
 
     python benchmarks/bench_search.py [--trials 256] [--seeds 0,1,2] [--only matmul1024,conv2d]
-                                      [--strategies random,optuna,...] [--out benchmarks/search_results.json]
-                                      [--keep-logs DIR]
+                                      [--strategies random,optuna,...] [--out PATH] [--keep-logs DIR]
 
 Strategies: random search (Optuna RandomSampler, no model), Optuna alone (TPE,
 each ask measured) and Optuna + cost model (the default tuner: once the model
 has 24 samples, 3 TPE asks per measured candidate; a quarter of each batch is
 TPE's first asks in its order, the rest the XGBoost model's top picks among the
-other asks), the session-13 default (half of each batch the model's picks among
-2 asks and 4 mutants of the best schedules per measured candidate), the default with the model ranking
+other asks), the mutant-picking policy the default replaced (half of each batch the model's picks
+among 2 asks and 4 mutants of the best schedules per measured candidate; why it was replaced:
+docs/decisions/001-search-policy-model-screens-tpe-asks.md), the default with the model ranking
 from its first training (8 samples, round 2), and the default with transfer:
 its log starts with the records of three other
 workloads (matmul 512, dense, a conv2d of another shape; tuned once per
@@ -29,11 +29,13 @@ each workload (train on 80% of the distinct candidates, test on the other 20%,
 5 random splits), the same for models trained on only 8, 16, ... of the
 training candidates (a learning curve), and the same test sets ranked by a
 model pretrained on the other workloads only.  Results are written to --out as they come, so an
-interrupted run keeps what it measured.
+interrupted run keeps what it measured; by default to a new dated file in benchmarks/results/
+(``YYYY-MM-DD-search[-WORKLOADS]-NNNtrials-seedsS.json``, never overwriting an earlier one).
 """
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import shutil
@@ -57,10 +59,12 @@ WORKLOADS = {
 STRATEGIES = {"random": ("random", False, {}), "optuna": ("tpe", False, {}),
               "optuna+cost model": ("tpe", True, {}),
               "optuna+cost model+transfer": ("tpe", True, {}),
-              # the model ranks from its first training (8 samples; the default waits for 24)
+              # the model ranks from its first training (8 samples; the default waits for 24,
+              # why: docs/decisions/002-cost-model-warmup-24-samples.md)
               "optuna+cost model from round 2": ("tpe", True, {"model_warmup": 0}),
-              # the default up to session 13: half of each batch the model's picks among 2 TPE asks
+              # the policy the default replaced: half of each batch the model's picks among 2 TPE asks
               # and 4 mutants of the best schedules per measured candidate
+              # (why: docs/decisions/001-search-policy-model-screens-tpe-asks.md)
               "optuna+cost model+mutants": ("tpe", True, {"mutants_per_measure": 4, "asks_per_measure": 2,
                                                           "epsilon": 0.5})}
 LEARNING_CURVE = (8, 16, 24, 32, 64, 128, 256, 512)
@@ -69,6 +73,20 @@ LEARNING_CURVE = (8, 16, 24, 32, 64, 128, 256, 512)
 TRANSFER_SOURCES = (("matmul", ["M=512", "N=512", "K=512"]), ("dense", []),
                     ("conv2d", ["N=1", "C=128", "H=28", "W=28", "K=128", "R=3", "S=3", "pad=1"]))
 CHECKPOINTS = (16, 32, 64, 128, 256)
+RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+DEFAULT_WORKLOADS = "matmul1024,conv2d"
+
+
+def default_out(trials: int, seeds: list, only: str, day: str | None = None) -> str:
+    """A new dated path in benchmarks/results/ saying what was run, e.g.
+    ``2026-11-25-search-256trials-seeds012.json`` (``-2``, ``-3``, ... when that name is taken)."""
+    what = "search" + ("" if only == DEFAULT_WORKLOADS else "-" + only.replace(",", "-"))
+    sep = "" if all(0 <= s < 10 for s in seeds) else "_"
+    stem = f"{day or datetime.date.today().isoformat()}-{what}-{trials}trials-seeds{sep.join(map(str, seeds))}"
+    path, n = os.path.join(RESULTS_DIR, f"{stem}.json"), 2
+    while os.path.exists(path):
+        path, n = os.path.join(RESULTS_DIR, f"{stem}-{n}.json"), n + 1
+    return path
 
 
 def best_after(history: list, n: int) -> float:
@@ -192,8 +210,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=256)
     ap.add_argument("--seeds", default="0,1,2")
-    ap.add_argument("--only", default="matmul1024,conv2d")
-    ap.add_argument("--out", default="benchmarks/search_results.json")
+    ap.add_argument("--only", default=DEFAULT_WORKLOADS)
+    ap.add_argument("--out", metavar="PATH",
+                    help="results JSON (default: a new dated file in benchmarks/results/, see default_out)")
     ap.add_argument("--with-heuristic", action="store_true")
     ap.add_argument("--remeasure", type=int, default=TuneConfig.remeasure,
                     help="measurements of each of the run's fastest schedules (1: no repeats)")
@@ -206,6 +225,10 @@ def main(argv=None) -> int:
     if unknown:
         ap.error(f"unknown strategy {unknown[0]!r}; choose from: {', '.join(STRATEGIES)}")
     seeds = [int(s) for s in args.seeds.split(",")]
+    if args.out is None:
+        os.makedirs(RESULTS_DIR, exist_ok=True)
+        args.out = default_out(args.trials, seeds, args.only)
+        print("results go to", args.out, flush=True)
     out = {"trials": args.trials, "seeds": seeds, "heuristic_first_trial": args.with_heuristic,
            "remeasure": args.remeasure, "runs": [],
            "model": {}}

@@ -222,6 +222,7 @@ class CostModel:
             return True
         # Growth counts the run's own samples: a model pretrained on hundreds of
         # other workloads' samples still retrains on its first few measurements.
+        # why: docs/decisions/003-transfer-learning-from-the-per-user-log.md
         own_before = int((~self._pretrain[:self._n_at_last_train]).sum())   # (samples are only appended)
         new = int((~self._pretrain).sum()) - own_before
         return new > 0 and (new >= c.retrain_min_new_samples or new >= c.retrain_growth * own_before)

@@ -210,6 +210,7 @@ class GeneratedSpace:
         # register tile: the vector axis first, then the others within the register budget
         lanes = self.lanes(st.dtype)
         # heuristic start: 4 vectors x 6 rows (24 of 32 registers) or 2 x 6 (12 of 16)
+        # why: docs/decisions/010-matmul-register-tile.md
         src.hint(f"{vec_axis}.t3", (4 if self.registers >= 32 else 2) * lanes)
         if len(spatial) > 1:
             src.hint(f"{spatial[-2]}.t3", 6)
@@ -227,6 +228,7 @@ class GeneratedSpace:
         # would share the cores unevenly (257 columns in tasks of 256 and 1 leave a core idle:
         # matmul 333x257x511 at 2 threads: 0.62x numpy, 16 columns: 0.93x), the nearest width that
         # shares them evenly.
+        # why: docs/decisions/011-matmul-task-shape.md
         n, width = ext[vec_axis], t2[vec_axis] * t3[vec_axis]
         widths = [c * width for c in self.level_choices(max(1, n // width), 64)]
         pick = min(widths, key=lambda w: (abs(w - 256), w))
@@ -257,15 +259,15 @@ class GeneratedSpace:
                 if dim != tensor.ndim - 1:
                     # Such a pack gathers each vector from as many rows as the panel is wide, 4 KiB
                     # apart for dense's 1024-wide W: 64 rows at once thrash one L1 set, so the panel
-                    # is packed one vector's rows at a time (dense 128x1024->1024 at 2 threads on
-                    # Zen 4: 0.65x -> 1.06x-1.09x numpy, benchmarks/RESULTS.md, session 10).
+                    # is packed one vector's rows at a time.
+                    # why: docs/decisions/013-transposing-pack-by-vector-rows.md
                     transposed.add(packs[-1])
         # the operand indexed by the register tile's row axis (A[k, i] of A^T B, A[i, k] of A B) may be
         # packed into panels of the tile's rows, ``A_p[i.o, k, i.i]``: each k step then reads the tile's
-        # rows from one cache line, where A[k, i] reads a new line 4 KiB away (same L1 set) per k
-        # (gemm with transposed A, 1024^3 at 2 threads, matmul's best tile: 0.59x -> 0.97-1.01x numpy,
-        # benchmarks/RESULTS.md, session 13).  Packed at root by a parallel loop of its own.
+        # rows from one cache line, where A[k, i] reads a new line 4 KiB away (same L1 set) per k.
+        # Packed at root by a parallel loop of its own.
         # [False, True]: records written before this choice replay as before.
+        # why: docs/decisions/014-row-operand-pack.md
         row_packs = []
         if len(spatial) > 1 and t3[spatial[-2]] > 1:
             row = spatial[-2]
@@ -287,6 +289,7 @@ class GeneratedSpace:
         # tiles run in the task): each thread packs the block it multiplies, which is then hot
         # in its cache, and the barrier between the two loops goes (matmul 1024 at 2 threads:
         # about 8% faster).  [False, True]: records written before this choice replay as before.
+        # why: docs/decisions/012-pack-inside-parallel-tasks.md
         tasks = -(-ext[vec_axis] // (t1[vec_axis] * t2[vec_axis] * t3[vec_axis]))
         in_task = False
         if packs and tasks >= self.options.cores:
@@ -342,9 +345,8 @@ class GeneratedSpace:
         Such an operand is indexed by every spatial axis (no other output element reads it) and
         contiguous along the innermost reduce axis, while no read is contiguous along the vector
         axis: tiling spatial axes then buys nothing and vectorizing the output axis gathers.  The
-        partial sums of ``rfactor`` are a vector along the contiguous axis (what -O3 does for such
-        loops; float32 matvec 2048x2048 at 2 threads, 16 trials: 1.62 ms -> 0.29 ms, numpy 0.32 ms;
-        benchmarks/RESULTS.md, session 11).
+        partial sums of ``rfactor`` are a vector along the contiguous axis, as -O3 makes them for
+        such loops.  Why: docs/decisions/017-streamed-reductions-rfactor.md
         """
         reduce = [n for n in st.root if st.loops[n].kind is AxisKind.REDUCE]
         spatial = [st.root_vars[n] for n in st.spatial_root]
@@ -368,8 +370,8 @@ class GeneratedSpace:
         offered when its one reduce axis runs along the contiguous axis of what it reads (softmax's
         row max and row sum, a row's mean or variance).  Left as it is, such a reduction is a scalar
         loop (float reductions are not reassociated, and a scalar ``exp`` per element is slow);
-        factored, its partials are vectors along the row (softmax 333 x 1001 at 2 threads: 0.95 ms
-        -> 0.17 ms, numpy 0.49 ms; benchmarks/RESULTS.md, session 15)."""
+        factored, its partials are vectors along the row.
+        Why: docs/decisions/016-row-reductions-rfactor.md"""
         if not st.is_reduction:
             return 0
         reduce = [n for n in st.root if st.loops[n].kind is AxisKind.REDUCE]

@@ -1,4 +1,4 @@
-"""The four kinds of test for every schedule primitive (see shared/STYLE.md):
+"""The four kinds of test every schedule primitive has:
 golden loop-nest text, numerics vs numpy (odd shapes included), trace round trip,
 and every illegal use raising a ScheduleError with a matching message."""
 from __future__ import annotations

@@ -21,7 +21,7 @@ def placed(a) -> np.ndarray:
     packs B and accumulates C in registers at 201-216.  Large numpy arrays come
     from glibc's mmap, 16 bytes past a page boundary, so kernels are measured
     and compared on arrays placed that way: a schedule that is fast only on
-    aligned arrays is not fast for users.
+    aligned arrays is not fast for users.  Why: docs/decisions/008-arrays-placed-like-numpy.md
     """
     a = np.ascontiguousarray(a)
     buf = np.empty(a.nbytes + PAGE + PAGE_OFFSET, np.uint8)

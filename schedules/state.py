@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from schedules.errors import WorkloadListError
 from tensorir.tir.ir import ForKind
 from tensorir.te import AxisKind, Reduce, Tensor, TensorRead, walk
+from tensorir.te.workload import WorkloadError, check_workload, computed_tensors
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,10 +143,13 @@ class StageGraph:
 
     @classmethod
     def from_tensors(cls, tensors) -> "StageGraph":
-        params = _check_workload(tensors)
+        try:
+            params = check_workload(tensors)
+        except WorkloadError as err:
+            raise WorkloadListError("Schedule", str(err)) from None
         names: dict = {}
         taken: set = set()
-        order = _topo_order(params)
+        order = computed_tensors(params)
         for t in [p for p in params if p.is_placeholder] + order:
             base = re.sub(r"\W", "_", t.name) or "t"
             if base[0].isdigit():
@@ -174,49 +178,3 @@ def make_stage(name: str, tensor: Tensor, is_output: bool, origin: str = "comput
         root_vars[lname] = ax.var
         loops[lname] = Loop(lname, ax.kind, ax.extent)
     return Stage(name, tensor, op.body, root, root_vars, loops, list(root), [], {}, ROOT, is_output, origin)
-
-
-def _check_workload(tensors) -> list:
-    if isinstance(tensors, Tensor):
-        tensors = [tensors]
-    try:
-        params = list(tensors)
-    except TypeError:
-        raise WorkloadListError("Schedule", f"expected a list of tensors (inputs then outputs), got "
-                                f"{type(tensors).__name__}") from None
-    if not params:
-        raise WorkloadListError("Schedule", "the workload's tensor list is empty")
-    for i, t in enumerate(params):
-        if not isinstance(t, Tensor):
-            raise WorkloadListError("Schedule", f"workload entry {i} is {type(t).__name__} {t!r}, expected a "
-                                    "te.Tensor (placeholder or compute)")
-    ids = [id(t) for t in params]
-    if len(set(ids)) != len(ids):
-        dup = next(t for t in params if ids.count(id(t)) > 1)
-        raise WorkloadListError("Schedule", f"tensor {dup.name!r} appears twice in the workload list")
-    if all(t.is_placeholder for t in params):
-        raise WorkloadListError("Schedule", "the workload has no output: list the computed tensors after the inputs")
-    listed = set(ids)
-    for t in _topo_order(params):
-        for src in t.inputs:
-            if src.is_placeholder and id(src) not in listed:
-                raise WorkloadListError("Schedule", f"tensor {t.name!r} reads placeholder {src.name!r}, which is "
-                                        "not in the workload list (inputs must be listed, e.g. [A, B, C])")
-    return params
-
-
-def _topo_order(params) -> list:
-    """Compute tensors reachable from the listed outputs, producers first (deterministic)."""
-    order, seen = [], set()
-
-    def visit(t: Tensor):
-        if id(t) in seen or t.is_placeholder:
-            return
-        seen.add(id(t))
-        for src in t.inputs:
-            visit(src)
-        order.append(t)
-
-    for t in params:
-        visit(t)
-    return order

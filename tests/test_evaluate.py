@@ -276,7 +276,7 @@ def test_wrong_input_count_shape_dtype():
 
 def test_unlisted_placeholder_is_an_error():
     A, B, C = ops.matmul(2, 3, 4)
-    with pytest.raises(EvaluateError, match="reads placeholder 'B', which is not in its tensor list"):
+    with pytest.raises(EvaluateError, match="reads placeholder 'B', which is not in the workload list"):
         evaluate([A, C], [rand((2, 4))])
 
 

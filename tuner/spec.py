@@ -24,7 +24,7 @@ from typing import Callable
 import numpy as np
 
 from tensorir.ops import registry as registry
-from tensorir.te import Tensor
+from tensorir.te.workload import WorkloadError, check_workload
 
 from .layout import placed, placed_empty
 
@@ -256,21 +256,10 @@ class WorkloadSpec:
 
     def _check_tensors(self, tensors) -> list:
         where = f"workload {self.name!r}"
-        if not isinstance(tensors, (list, tuple)):
-            raise SpecError(f"{where}: expected a list of te.Tensor (inputs first, then outputs), got "
-                            f"{type(tensors).__name__}")
-        for n, t in enumerate(tensors):
-            if not isinstance(t, Tensor):
-                raise SpecError(f"{where}: entry {n} of the returned list is not a te.Tensor "
-                                f"(got {type(t).__name__})")
-        if not any(not t.is_placeholder for t in tensors):
-            raise SpecError(f"{where}: the returned tensors are all placeholders; list the computed "
-                            "output tensor(s) after the inputs")
-        first_out = next(n for n, t in enumerate(tensors) if not t.is_placeholder)
-        late = [t.name for t in tensors[first_out:] if t.is_placeholder]
-        if late:
-            raise SpecError(f"{where}: input(s) {', '.join(map(repr, late))} listed after output "
-                            f"{tensors[first_out].name!r}; return the inputs first, then the outputs")
+        try:
+            check_workload(tensors)
+        except WorkloadError as err:
+            raise SpecError(f"{where}: {err}") from None
         from schedules.schedule import Schedule
         from schedules.errors import ScheduleError
         try:

@@ -32,6 +32,7 @@ import numpy as np
 from tensorir.te.expr import (COMPARE_OPS, FLOAT_DTYPES, LOGIC_OPS, Binary, BinOp, Cast, Const, Expr, Select, Unary,
                    UnOp, Var, children)
 from tensorir.te.tensor import Reduce, Reducer, Tensor, TensorRead, free_vars, walk
+from tensorir.te.workload import WorkloadError, check_workload, tensor_list
 
 DEFAULT_MAX_ELEMENTS = 1 << 25  # 32M elements: 128 MiB per float32 temporary
 
@@ -44,19 +45,10 @@ class EvaluateError(ValueError):
 
 def as_workload(tensors) -> list:
     """Check that ``tensors`` is a non-empty sequence of ``te.Tensor`` and return it as a list."""
-    if isinstance(tensors, Tensor):
-        raise EvaluateError(f"a workload is a list of tensors (inputs first, then outputs), got the single "
-                            f"tensor {tensors.name!r}; pass [..., {tensors.name}]")
     try:
-        tensors = list(tensors)
-    except TypeError:
-        raise EvaluateError(f"a workload is a list of te.Tensor, got {type(tensors).__name__}") from None
-    if not tensors:
-        raise EvaluateError("the workload is empty: expected a list of te.Tensor, inputs first, then outputs")
-    for n, t in enumerate(tensors):
-        if not isinstance(t, Tensor):
-            raise EvaluateError(f"workload entry {n} is a {type(t).__name__}, not a te.Tensor")
-    return tensors
+        return tensor_list(tensors)
+    except WorkloadError as err:
+        raise EvaluateError(str(err)) from None
 
 
 def topo_stages(tensors) -> list:
@@ -122,7 +114,10 @@ def evaluate(tensors, inputs: Sequence, *, max_elements: int = DEFAULT_MAX_ELEME
     branches of a select are computed but out-of-range reads in the branch not
     taken are clamped instead of failing.  Arithmetic on booleans is modulo 2.
     """
-    tensors = as_workload(tensors)
+    try:
+        tensors = check_workload(tensors)
+    except WorkloadError as err:
+        raise EvaluateError(str(err)) from None
     if not isinstance(max_elements, int) or max_elements < 1:
         raise EvaluateError(f"max_elements must be a positive int, got {max_elements!r}")
     values = _bind_inputs(tensors, inputs)

@@ -65,15 +65,6 @@ def _open_log(path):
         raise CLIError(str(err)) from None
 
 
-def _threadpool(threads):
-    try:
-        from threadpoolctl import threadpool_limits
-        return threadpool_limits(threads)
-    except ImportError:  # pragma: no cover - a dependency of scikit-learn
-        import contextlib
-        return contextlib.nullcontext()
-
-
 def compare_with_numpy(spec, trace: dict, threads: int, rounds: int = 5):
     """Seconds per call of the tuned kernel, numpy and the default schedule, timed in this process.
 
@@ -82,7 +73,7 @@ def compare_with_numpy(spec, trace: dict, threads: int, rounds: int = 5):
     from schedules import Schedule
     from tensorir.build import build
 
-    from .compare import side_by_side
+    from .compare import limit_threads, side_by_side
     from .measure import MeasureConfig
     from .worker import check_outputs
     tensors = spec.tensors()
@@ -100,7 +91,7 @@ def compare_with_numpy(spec, trace: dict, threads: int, rounds: int = 5):
                        "not reported")
     fns = {"tuned": tuned.bind(*inputs, *outs)}    # (bound: small kernels are timed, not the argument checks)
     impl = spec.numpy_impl()
-    with _threadpool(threads):
+    with limit_threads(threads):
         if impl is not None:
             fns["numpy"] = lambda: impl(inputs)
         timing = side_by_side(fns, rounds=rounds, min_repeat_ms=100, repeats_per_round=3)

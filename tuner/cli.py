@@ -241,12 +241,17 @@ ARMS = {"unranked": "Optuna unscreened", "sampler": "Optuna's first asks",
 
 def cmd_report(args) -> int:
     from .report import report
+    from .spec import SpecError
     if args.top < 1:
         raise CLIError(f"--top must be a positive integer, got {args.top}")
     missing = [p for p in args.log or [] if not os.path.isfile(p)]
     if missing:
         raise CLIError(f"tuning log {missing[0]} not found")
-    print(report(args.log, args.workload, args.params, top=args.top, show_nest=args.loop_nest))
+    try:
+        text = report(args.log, args.workload, args.params, top=args.top, show_nest=args.loop_nest)
+    except SpecError as err:
+        raise CLIError(str(err)) from None
+    print(text)
     return 0
 
 

@@ -145,8 +145,8 @@ def cmd_tune(args) -> int:
     log_path = args.log or str(default_log_path())
     log = _open_log(log_path)
     storage = args.storage or f"sqlite:///{os.path.abspath(log_path)}.optuna.db"
-    from tensorir.runtime import host_target
-    threads = args.threads or host_target()["num_cores"]
+    from .target import host_target
+    threads = host_target(args.threads)["threads"]
     cfg = TuneConfig(trials=args.trials, sampler=args.sampler, seed=args.seed, cost_model=not args.no_cost_model,
                      timeout_s=args.timeout, threads=threads)
     cfg.measure.threads, cfg.measure.seed = threads, args.seed

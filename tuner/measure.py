@@ -77,6 +77,7 @@ from tensorir.ir import Allocate, PrimFunc, walk_stmts
 
 from . import worker as W
 from .spec import WorkloadSpec
+from .target import host_target
 from .text import one_line
 
 OBJECT_CACHE_SIZE = 256
@@ -285,17 +286,15 @@ class Measurer:
     """
 
     def __init__(self, spec: WorkloadSpec, config: MeasureConfig | None = None):
-        from tensorir.runtime import host_target
         self.spec = spec
         self.config = config or MeasureConfig()
-        host = host_target()
         cpus = sorted(os.sched_getaffinity(0))
         self.threads = self.config.threads or len(cpus)
         self.overlap = self.threads < len(cpus)
         runner_cpus = cpus[:self.threads] if self.overlap else None
         builder_cpus = cpus[self.threads:] if self.overlap else None
         n_builders = self.config.builders or (len(builder_cpus) if self.overlap else len(cpus))
-        self.target = {"kind": "llvm", "cpu": host["cpu"], "features": host["features"], "threads": self.threads}
+        self.target = host_target(self.threads)
         limit = self.config.memory_limit_mb
         self._builders = [W.WorkerProcess("builder", {"affinity": builder_cpus, "memory_limit_mb": limit})
                           for _ in range(max(1, n_builders))]

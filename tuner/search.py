@@ -73,6 +73,7 @@ from tensorir.errors import ScheduleError
 from .measure import MeasureConfig, MeasureResult, Measurer
 from .spec import WorkloadSpec
 from .study import SAMPLERS, StorageError, add_trial, make_sampler, open_study, write_back  # noqa: F401
+from .target import host_target
 
 @dataclass
 class TuneConfig:
@@ -152,13 +153,6 @@ class TuneResult:
 
 STALE_ASKS = 96     # consecutive proposals with nothing new before a space counts as exhausted
 PARENTS = 8         # mutants are made from this many of the best measured schedules
-
-
-def host_target(threads: int | None) -> dict:
-    from tensorir.runtime import host_target as ht
-    t = ht()
-    return {"kind": "llvm", "cpu": t["cpu"], "features": t.get("features", ""),
-            "threads": threads or t["num_cores"]}
 
 
 def pretrain_from_log(model, log, exclude_key: str, target: dict, limit: int = 256) -> int:

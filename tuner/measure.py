@@ -219,6 +219,33 @@ def _fail(kind: str, msg, func=None, **kw) -> MeasureResult:
     return MeasureResult(error_kind=kind, error_msg=one_line(msg, 500), func=func, **kw)
 
 
+def replay_and_lower(replay) -> tuple:
+    """Build a schedule with ``replay()`` and lower it; never raises.
+
+    The one place where a candidate's replay and lowering failures are classified, for the
+    measurer (:func:`prepare`) and the tuner's candidates alike.
+
+    Returns
+    -------
+    tuple
+        ``(schedule, func, None)``, or ``(schedule or None, None, failure)`` where ``failure`` is
+        a :class:`MeasureResult` of kind ``"schedule"`` (``replay()`` raised) or ``"lower"``
+        (lowering raised).
+    """
+    try:
+        sch = replay()
+    except ScheduleError as err:
+        return None, None, _fail("schedule", err)
+    except Exception as err:  # noqa: BLE001 - a bug in a primitive still only sinks this candidate
+        return None, None, _fail("schedule", f"{type(err).__name__}: {err}")
+    try:
+        return sch, sch.lower(), None
+    except ScheduleError as err:
+        return sch, None, _fail("lower", err)
+    except Exception as err:  # noqa: BLE001
+        return sch, None, _fail("lower", f"{type(err).__name__}: {err}")
+
+
 def prepare(tensors, candidate) -> PrimFunc | MeasureResult:
     """Replay and lower one candidate in this process.
 
@@ -241,23 +268,13 @@ def prepare(tensors, candidate) -> PrimFunc | MeasureResult:
     if isinstance(candidate, PrimFunc):
         func = candidate
     else:
-        sch = candidate
-        if isinstance(candidate, (dict, str)):
-            try:
-                sch = Schedule.from_json(tensors, candidate)
-            except ScheduleError as err:
-                return _fail("schedule", err)
-            except Exception as err:  # noqa: BLE001 - a bug in a primitive still only sinks this candidate
-                return _fail("schedule", f"{type(err).__name__}: {err}")
-        if not isinstance(sch, Schedule):
+        if not isinstance(candidate, (dict, str, Schedule)):
             return _fail("schedule", f"cannot measure a {type(candidate).__name__}; expected a Schedule, "
                          "a trace dict or JSON text, or a PrimFunc")
-        try:
-            func = sch.lower()
-        except ScheduleError as err:
-            return _fail("lower", err)
-        except Exception as err:  # noqa: BLE001
-            return _fail("lower", f"{type(err).__name__}: {err}")
+        _, func, failure = replay_and_lower(
+            lambda: candidate if isinstance(candidate, Schedule) else Schedule.from_json(tensors, candidate))
+        if failure is not None:
+            return failure
     want = [(tuple(t.shape), t.dtype) for t in tensors]
     got = [(tuple(b.shape), b.dtype) for b in func.params]
     if want != got:
@@ -535,4 +552,5 @@ def measure_once(spec: WorkloadSpec, candidates: list, config: MeasureConfig | N
         return m.measure(candidates)
 
 
-__all__ = ["MeasureConfig", "MeasureResult", "Measurer", "prepare", "measure_once", "allocated_bytes"]
+__all__ = ["MeasureConfig", "MeasureResult", "Measurer", "prepare", "replay_and_lower", "measure_once",
+           "allocated_bytes"]

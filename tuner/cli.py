@@ -127,8 +127,9 @@ def cmd_tune(args) -> int:
     from tensorir.evaluate import EvaluateError
 
     from .report import format_latency
-    from .search import StorageError, TuneConfig, Tuner
+    from .search import TuneConfig, Tuner
     from .spec import SpecError, WorkloadSpec
+    from .study import StorageError
     if args.trials < 1:
         raise CLIError(f"--trials must be a positive integer, got {args.trials}")
     if args.threads is not None and args.threads < 1:
@@ -258,7 +259,7 @@ def cmd_report(args) -> int:
 # ------------------------------------------------------------------- parser
 
 def build_parser() -> argparse.ArgumentParser:
-    from .search import SAMPLERS
+    from .study import SAMPLERS
     p = argparse.ArgumentParser(prog="tensortune", description="Schedule-autotuning tensor compiler for CPUs.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.add_parser("workloads", help="list the built-in workloads and their parameters")

@@ -220,18 +220,9 @@ def _fail(kind: str, msg, func=None, **kw) -> MeasureResult:
 
 
 def replay_and_lower(replay) -> tuple:
-    """Build a schedule with ``replay()`` and lower it; never raises.
-
-    The one place where a candidate's replay and lowering failures are classified, for the
-    measurer (:func:`prepare`) and the tuner's candidates alike.
-
-    Returns
-    -------
-    tuple
-        ``(schedule, func, None)``, or ``(schedule or None, None, failure)`` where ``failure`` is
-        a :class:`MeasureResult` of kind ``"schedule"`` (``replay()`` raised) or ``"lower"``
-        (lowering raised).
-    """
+    """``(schedule, func, None)``: the schedule ``replay()`` builds and its lowering; or ``(schedule or None,
+    None, failure)``, a failed result of kind ``"schedule"`` (``replay()`` raised) or ``"lower"``.  Never
+    raises: the one place where the measurer and the tuner's candidates classify these failures."""
     try:
         sch = replay()
     except ScheduleError as err:

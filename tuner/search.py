@@ -114,8 +114,9 @@ def _import_xgboost() -> None:
 def drive(tuners: list) -> list:
     """Run ``tuners`` to the end, one round of each in turn; their :class:`TuneResult`, in order.
 
-    One tuner is a plain tuning run (:meth:`Tuner.run`); several interleave their rounds (each
-    has its own measurer, study and log position; a shared log or cost model sees them in turn).
+    One tuner is a plain tuning run (:meth:`Tuner.run`); several interleave their rounds, as a
+    task scheduler would (each has its own measurer, study and cost model; a shared log receives
+    their rounds in turn).
     """
     started = []
     try:

@@ -31,9 +31,10 @@ def estimates(records: list) -> dict:
 class RunState:
     """What a run has seen and measured.
 
-    Shared by the tuner's rounds, their callbacks and the asking thread; never by two of them
-    at once (the asking thread works only while a round is being measured, and the round is
-    told after it is done).
+    Shared by the tuner's rounds, their callbacks and the asking thread.  The asking thread
+    works while a round is started and measured, reads ``seen`` and updates only what asking
+    changes (``fresh``, ``seen_funcs``, ``asked``, ``invalid``, ``errors``, ``stale``); it is
+    done before the round is told.
     """
     seen: set                                   # decision keys measured (this run or the log)
     fresh: set = field(default_factory=set)     # decision keys picked or pooled, not yet measured

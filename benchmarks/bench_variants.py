@@ -27,10 +27,10 @@ import statistics
 import sys
 
 
-from schedules.space import FixedDecisions, GeneratedSpace
+from schedules.decisions import FixedDecisions
+from schedules.space import GeneratedSpace
 from schedules.errors import ScheduleError
-from tuner.cli import _threadpool
-from tuner.compare import side_by_side
+from tuner.compare import limit_threads, side_by_side
 from tuner.measure import MeasureConfig
 from tuner.spec import WorkloadSpec
 from tuner.worker import check_outputs
@@ -90,7 +90,7 @@ def main(argv=None) -> int:
                 fns[text] = kernel.bind(*inputs, *outs)
             if impl is not None:
                 fns["numpy"] = lambda: impl(inputs)
-            with _threadpool(threads):
+            with limit_threads(threads):
                 t = side_by_side(fns, rounds=args.rounds)
             ref = t["numpy"]["median"] if impl is not None else None
             for text in kernels:

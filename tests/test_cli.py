@@ -128,6 +128,7 @@ def test_latencies_print_in_a_unit_that_keeps_their_digits(seconds, text):
     (["tune", "ops.py"], r"looks like a file: name the function.*ops\.py:function"),
     (["report", "--top", "-2"], r"--top must be a positive integer, got -2"),
     (["report", "--log", "/no/such/tuning.jsonl"], r"tuning log /no/such/tuning.jsonl not found"),
+    (["report", "matmulx"], r"unknown workload"),
 ])
 def test_cli_bad_input_is_one_line_exit_2(capsys, args, pattern):
     code, out, err = run_cli(capsys, *args)

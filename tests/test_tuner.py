@@ -425,10 +425,10 @@ def test_asks_prepared_ahead_pause_while_kernels_are_timed(tmp_path, monkeypatch
     """The next round's asks run during compilation but never while the runner times a kernel."""
     import threading
     import time as _time
-    import tuner.search as S
+    from tuner.candidates import Candidates
     from tuner.measure import Measurer
     state = {"timing": False, "overlaps": 0, "threaded": 0}
-    real_prepare, real_measure = S.Tuner._prepare, Measurer.measure
+    real_prepare, real_measure = Candidates.prepare, Measurer.measure
 
     def prepare(self, trial, decisions=None, src=None):
         if threading.current_thread() is not threading.main_thread():
@@ -449,7 +449,7 @@ def test_asks_prepared_ahead_pause_while_kernels_are_timed(tmp_path, monkeypatch
         finally:
             state["timing"] = False
 
-    monkeypatch.setattr(S.Tuner, "_prepare", prepare)
+    monkeypatch.setattr(Candidates, "prepare", prepare)
     monkeypatch.setattr(Measurer, "measure", measure)
     spec = WorkloadSpec.parse("matmul", ["M=24", "N=40", "K=16"])
     res = Tuner(spec, small_config(12), log=TuningLog(tmp_path / "l")).run()
@@ -534,10 +534,10 @@ def test_model_picked_mutants_are_measured_told_to_the_study_and_replay(tmp_path
 
 def test_model_ranks_only_after_its_warmup(tmp_path, monkeypatch):
     """``model_warmup``: until the model has that many samples, the sampler's asks alone are measured."""
-    import tuner.search as S
+    from tuner.screening import Screening
 
     ranked_at = []      # the model's sample count whenever it picked a round
-    real_pick = S.Tuner._pick
+    real_pick = Screening.pick
 
     def spy_pick(self, pool, want, model):
         if model is not None:
@@ -545,7 +545,7 @@ def test_model_ranks_only_after_its_warmup(tmp_path, monkeypatch):
         return real_pick(self, pool, want, model)
 
     _fake_timings(monkeypatch)
-    monkeypatch.setattr(S.Tuner, "_pick", spy_pick)
+    monkeypatch.setattr(Screening, "pick", spy_pick)
     spec = WorkloadSpec.parse("matmul", ["M=64", "N=48", "K=32"])
     res = Tuner(spec, small_config(24, model_warmup=12, finalists=0), log=TuningLog(tmp_path / "a")).run()
     assert ranked_at and min(ranked_at) >= 12 and res.arms["model:ask"][0] > 0
@@ -561,21 +561,21 @@ def test_by_default_the_model_screens_the_samplers_asks(tmp_path, monkeypatch):
     """Default: once the model ranks, each batch is the sampler's first asks (an ``epsilon`` share)
     plus the model's top picks among the other asks; no mutants, every measurement is a trial."""
     import optuna
-    import tuner.search as S
+    from tuner.screening import Screening
 
     picks = []     # (pool size, measured, how many of them the sampler's first asks) per ranked round
-    real_pick = S.Tuner._pick
+    real_pick = Screening.pick
 
     def spy_pick(self, pool, want, model):
         picked, rest = real_pick(self, pool, want, model)
         if model is not None:
-            assert self._n_ask(want, model) == (3 * want, 0), "3 asks per measured candidate, no mutants"
+            assert self.n_ask(want, model) == (3 * want, 0), "3 asks per measured candidate, no mutants"
             picks.append((len(pool), len(picked), sum(c.origin == "sampler" for c in picked)))
         return picked, rest
 
     studies = _keep_studies(monkeypatch)
     _fake_timings(monkeypatch)
-    monkeypatch.setattr(S.Tuner, "_pick", spy_pick)
+    monkeypatch.setattr(Screening, "pick", spy_pick)
     spec = WorkloadSpec.parse("matmul", ["M=64", "N=48", "K=32"])
     cfg = TuneConfig(trials=40, batch_size=8, model_warmup=8, finalists=0, remeasure=1)
     cfg.measure.repeat, cfg.measure.min_repeat_ms = 2, 2.0

@@ -65,15 +65,6 @@ def _open_log(path):
         raise CLIError(str(err)) from None
 
 
-def _threadpool(threads):
-    try:
-        from threadpoolctl import threadpool_limits
-        return threadpool_limits(threads)
-    except ImportError:  # pragma: no cover - a dependency of scikit-learn
-        import contextlib
-        return contextlib.nullcontext()
-
-
 def compare_with_numpy(spec, trace: dict, threads: int, rounds: int = 5):
     """Seconds per call of the tuned kernel, numpy and the default schedule, timed in this process.
 
@@ -82,7 +73,7 @@ def compare_with_numpy(spec, trace: dict, threads: int, rounds: int = 5):
     from schedules import Schedule
     from tensorir.runtime import build
 
-    from .compare import side_by_side
+    from .compare import limit_threads, side_by_side
     from .measure import MeasureConfig
     from .worker import check_outputs
     tensors = spec.tensors()
@@ -100,7 +91,7 @@ def compare_with_numpy(spec, trace: dict, threads: int, rounds: int = 5):
                        "not reported")
     fns = {"tuned": tuned.bind(*inputs, *outs)}    # (bound: small kernels are timed, not the argument checks)
     impl = spec.numpy_impl()
-    with _threadpool(threads):
+    with limit_threads(threads):
         if impl is not None:
             fns["numpy"] = lambda: impl(inputs)
         timing = side_by_side(fns, rounds=rounds, min_repeat_ms=100, repeats_per_round=3)
@@ -136,8 +127,9 @@ def cmd_tune(args) -> int:
     from tensorir.te.evaluate import EvaluateError
 
     from .report import format_latency
-    from .search import StorageError, TuneConfig, Tuner
+    from .search import TuneConfig, Tuner
     from .spec import SpecError, WorkloadSpec
+    from .study import StorageError
     if args.trials < 1:
         raise CLIError(f"--trials must be a positive integer, got {args.trials}")
     if args.threads is not None and args.threads < 1:
@@ -154,8 +146,8 @@ def cmd_tune(args) -> int:
     log_path = args.log or str(default_log_path())
     log = _open_log(log_path)
     storage = args.storage or f"sqlite:///{os.path.abspath(log_path)}.optuna.db"
-    from tensorir.target import Target
-    threads = args.threads or Target.host().cores
+    from .target import host_target
+    threads = host_target(args.threads)["threads"]
     cfg = TuneConfig(trials=args.trials, sampler=args.sampler, seed=args.seed, cost_model=not args.no_cost_model,
                      timeout_s=args.timeout, threads=threads)
     cfg.measure.threads, cfg.measure.seed = threads, args.seed
@@ -250,19 +242,24 @@ ARMS = {"unranked": "Optuna unscreened", "sampler": "Optuna's first asks",
 
 def cmd_report(args) -> int:
     from .report import report
+    from .spec import SpecError
     if args.top < 1:
         raise CLIError(f"--top must be a positive integer, got {args.top}")
     missing = [p for p in args.log or [] if not os.path.isfile(p)]
     if missing:
         raise CLIError(f"tuning log {missing[0]} not found")
-    print(report(args.log, args.workload, args.params, top=args.top, show_nest=args.loop_nest))
+    try:
+        text = report(args.log, args.workload, args.params, top=args.top, show_nest=args.loop_nest)
+    except SpecError as err:
+        raise CLIError(str(err)) from None
+    print(text)
     return 0
 
 
 # ------------------------------------------------------------------- parser
 
 def build_parser() -> argparse.ArgumentParser:
-    from .search import SAMPLERS
+    from .study import SAMPLERS
     p = argparse.ArgumentParser(prog="tensortune", description="Schedule-autotuning tensor compiler for CPUs.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.add_parser("workloads", help="list the built-in workloads and their parameters")

@@ -122,3 +122,14 @@ def side_by_side(fns: dict, rounds: int = 5, min_repeat_ms: float = 100.0, repea
             times[name].extend(time_repeats(fns[name], number[name], repeats_per_round))
     return {name: {"median": statistics.median(times[name]), "all": times[name], "number": number[name]}
             for name in names}
+
+
+def limit_threads(threads: int):
+    """A context manager that caps numpy's BLAS (and OpenMP) thread pools at ``threads`` while a
+    comparison runs, so numpy uses as many threads as the kernel it is compared with."""
+    try:
+        from threadpoolctl import threadpool_limits
+        return threadpool_limits(threads)
+    except ImportError:  # pragma: no cover - a dependency of scikit-learn
+        import contextlib
+        return contextlib.nullcontext()

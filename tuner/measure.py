@@ -76,7 +76,9 @@ from schedules.errors import ScheduleError
 from tensorir.tir.ir import Allocate, PrimFunc, walk_stmts
 
 from . import worker as W
-from .spec import WorkloadSpec, _one_line
+from .spec import WorkloadSpec
+from .target import host_target
+from .text import one_line
 
 OBJECT_CACHE_SIZE = 256
 _GRACE_S = 0.5   # beyond the runner's own budget before it is killed
@@ -214,7 +216,25 @@ class MeasureResult:
 
 
 def _fail(kind: str, msg, func=None, **kw) -> MeasureResult:
-    return MeasureResult(error_kind=kind, error_msg=_one_line(msg, 500), func=func, **kw)
+    return MeasureResult(error_kind=kind, error_msg=one_line(msg, 500), func=func, **kw)
+
+
+def replay_and_lower(replay) -> tuple:
+    """``(schedule, func, None)``: the schedule ``replay()`` builds and its lowering; or ``(schedule or None,
+    None, failure)``, a failed result of kind ``"schedule"`` (``replay()`` raised) or ``"lower"``.  Never
+    raises: the one place where the measurer and the tuner's candidates classify these failures."""
+    try:
+        sch = replay()
+    except ScheduleError as err:
+        return None, None, _fail("schedule", err)
+    except Exception as err:  # noqa: BLE001 - a bug in a primitive still only sinks this candidate
+        return None, None, _fail("schedule", f"{type(err).__name__}: {err}")
+    try:
+        return sch, sch.lower(), None
+    except ScheduleError as err:
+        return sch, None, _fail("lower", err)
+    except Exception as err:  # noqa: BLE001
+        return sch, None, _fail("lower", f"{type(err).__name__}: {err}")
 
 
 def prepare(tensors, candidate) -> PrimFunc | MeasureResult:
@@ -239,23 +259,13 @@ def prepare(tensors, candidate) -> PrimFunc | MeasureResult:
     if isinstance(candidate, PrimFunc):
         func = candidate
     else:
-        sch = candidate
-        if isinstance(candidate, (dict, str)):
-            try:
-                sch = Schedule.from_json(tensors, candidate)
-            except ScheduleError as err:
-                return _fail("schedule", err)
-            except Exception as err:  # noqa: BLE001 - a bug in a primitive still only sinks this candidate
-                return _fail("schedule", f"{type(err).__name__}: {err}")
-        if not isinstance(sch, Schedule):
+        if not isinstance(candidate, (dict, str, Schedule)):
             return _fail("schedule", f"cannot measure a {type(candidate).__name__}; expected a Schedule, "
                          "a trace dict or JSON text, or a PrimFunc")
-        try:
-            func = sch.lower()
-        except ScheduleError as err:
-            return _fail("lower", err)
-        except Exception as err:  # noqa: BLE001
-            return _fail("lower", f"{type(err).__name__}: {err}")
+        _, func, failure = replay_and_lower(
+            lambda: candidate if isinstance(candidate, Schedule) else Schedule.from_json(tensors, candidate))
+        if failure is not None:
+            return failure
     want = [(tuple(t.shape), t.dtype) for t in tensors]
     got = [(tuple(b.shape), b.dtype) for b in func.params]
     if want != got:
@@ -284,7 +294,6 @@ class Measurer:
     """
 
     def __init__(self, spec: WorkloadSpec, config: MeasureConfig | None = None):
-        from tensorir.target import Target
         self.spec = spec
         self.config = config or MeasureConfig()
         cpus = sorted(os.sched_getaffinity(0))
@@ -293,7 +302,7 @@ class Measurer:
         runner_cpus = cpus[:self.threads] if self.overlap else None
         builder_cpus = cpus[self.threads:] if self.overlap else None
         n_builders = self.config.builders or (len(builder_cpus) if self.overlap else len(cpus))
-        self.target = Target.host(self.threads).record()
+        self.target = host_target(self.threads)
         limit = self.config.memory_limit_mb
         self._builders = [W.WorkerProcess("builder", {"affinity": builder_cpus, "memory_limit_mb": limit})
                           for _ in range(max(1, n_builders))]
@@ -534,4 +543,5 @@ def measure_once(spec: WorkloadSpec, candidates: list, config: MeasureConfig | N
         return m.measure(candidates)
 
 
-__all__ = ["MeasureConfig", "MeasureResult", "Measurer", "prepare", "measure_once", "allocated_bytes"]
+__all__ = ["MeasureConfig", "MeasureResult", "Measurer", "prepare", "replay_and_lower", "measure_once",
+           "allocated_bytes"]

@@ -51,19 +51,17 @@ def _spec_for(rec):
 
 
 def report(log_paths=None, workload: str | None = None, params=(), top: int = 3, show_nest: bool = False) -> str:
+    """The report as text: per workload and machine, the best schedules and why they are fast.
+
+    Raises :class:`tuner.spec.SpecError` (one line) if ``workload`` and ``params`` name no valid workload.
+    """
     from logs import TuningLog, default_log_paths, describe_target
     from schedules import Schedule
     from schedules.errors import ScheduleError
 
-    from .cli import CLIError
-    from .spec import SpecError, WorkloadSpec
+    from .spec import WorkloadSpec
     paths = [str(p) for p in (log_paths or default_log_paths())]
-    want_key = None
-    if workload:
-        try:
-            want_key = WorkloadSpec.parse(workload, list(params)).key
-        except SpecError as err:
-            raise CLIError(str(err)) from None
+    want_key = WorkloadSpec.parse(workload, list(params)).key if workload else None
     groups = defaultdict(list)
     for path in paths:
         for rec in TuningLog(path, mode="r").records():

@@ -1,0 +1,72 @@
+"""A tuning run's candidates: decisions -> schedule -> loop nest -> features, and their log records."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from logs import TuningRecord
+from schedules.decisions import FixedDecisions, OptunaDecisions
+
+from .measure import MeasureResult, replay_and_lower
+from .spec import WorkloadSpec
+
+
+@dataclass
+class Candidate:
+    trial: object
+    decisions: dict
+    schedule: object = None
+    func: object = None
+    features: object = None
+    error: MeasureResult | None = None
+    choices: dict = field(default_factory=dict)   # decision name -> the choices it was offered
+    origin: str = "ask"      # "ask" (the sampler's) or "mutant"; once picked, the arm that chose it
+
+
+class Candidates:
+    """Makes one workload's candidates from decisions, and tuning records from their measurements.
+
+    ``prepare`` is all that the asking thread needs of a tuner (:class:`tuner.screening.Preparer`).
+    """
+
+    def __init__(self, spec: WorkloadSpec, space, target: dict):
+        self.spec = spec
+        self.space = space      # a GeneratedSpace or a hand-written KnobSpace
+        self.target = target
+
+    def prepare(self, trial, decisions: dict | None = None, src=None) -> Candidate:
+        """The candidate of an Optuna ``trial``, of fixed ``decisions`` or of a decision source ``src``.
+
+        A combination that gives no legal schedule comes back with ``error`` set (see
+        :func:`tuner.measure.replay_and_lower`); otherwise with its loop nest and features.
+        """
+        from cost_model import extract_features
+        if src is None:
+            src = OptunaDecisions(trial) if trial is not None else FixedDecisions(decisions or {})
+        cand = Candidate(trial, {})
+        cand.schedule, cand.func, cand.error = replay_and_lower(lambda: self.space.apply(src))
+        cand.decisions = dict(src.decisions)
+        cand.choices = dict(src.choices)
+        if cand.func is not None:
+            cand.features = extract_features(cand.func)
+        return cand
+
+    def default(self) -> Candidate | None:
+        """The default schedule as a candidate (decisions ``{}``), or None if it does not lower."""
+        from schedules import Schedule
+        try:
+            schedule = Schedule(self.spec.tensors())
+            return Candidate(None, {}, schedule=schedule, func=schedule.lower())
+        except Exception:  # noqa: BLE001 - the search goes on without it
+            return None
+
+    def record(self, cand: Candidate, res: MeasureResult, confirmed: bool = False,
+               remeasured: bool = False) -> TuningRecord:
+        """The log record of measuring ``cand`` (``res``: its measurement, or its error if invalid)."""
+        trace = cand.schedule.to_json() if cand.schedule is not None else {"instructions": [], "decisions": {}}
+        trace["decisions"] = dict(cand.decisions)
+        return TuningRecord(workload_key=self.spec.key, workload_name=self.spec.name,
+                            workload_params=dict(self.spec.params), target=self.target, trace=trace,
+                            decisions=dict(cand.decisions), costs=tuple(res.costs), error_kind=res.error_kind,
+                            error_msg=res.error_msg, compile_seconds=res.compile_seconds,
+                            run_seconds=res.run_seconds, flops=self.spec.flops, confirmed=confirmed,
+                            remeasured=remeasured)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import numbers
 from dataclasses import dataclass
 
 from schedules.errors import DecisionError
@@ -38,6 +39,13 @@ class SplitEntity:
             o, i = s.trace[-1].outputs
             loops = [o, i] + loops[1:]
         return s, tuple(loops)
+
+
+def _int(value, knob: str, what: str, minimum: int) -> int:
+    """``value`` as a plain int >= ``minimum`` (any integral number, numpy's too; not bool)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise DecisionError("define_split", f"knob {knob!r}: {what} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
 
 
 def _factorizations(n: int, parts: int, policy: str, max_factor: int | None) -> list:
@@ -74,10 +82,9 @@ class ConfigSpace:
 
     def define_split(self, name: str, extent: int, num_outputs: int = 2, policy: str = "factors",
                      max_factor: int | None = None) -> SplitEntity:
-        if num_outputs < 2:
-            raise DecisionError("define_split", f"knob {name!r}: num_outputs must be >= 2, got {num_outputs}")
-        if not isinstance(extent, int) or extent < 1:
-            raise DecisionError("define_split", f"knob {name!r}: extent must be a positive int, got {extent!r}")
+        num_outputs, extent = _int(num_outputs, name, "num_outputs", 2), _int(extent, name, "extent", 1)
+        if max_factor is not None:
+            max_factor = _int(max_factor, name, "max_factor", 1)
         choices = _factorizations(extent, num_outputs, policy, max_factor)
         value = SplitEntity(tuple(self.src.choose(name, choices)))
         self.values[name] = value

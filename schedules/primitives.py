@@ -3,12 +3,19 @@
 Each ``apply_<kind>(graph, inputs, attrs, outputs)`` checks legality, edits
 ``graph`` in place and returns the names it created.  ``Schedule`` copies the
 graph first, so a schedule never changes once made.  ``outputs`` (names recorded
-in a trace) are honoured on replay, so a replayed trace rebuilds the same loops.
+in a trace, or chosen by the user) are honoured on replay, so a replayed trace
+rebuilds the same loops.  Before a primitive runs, ``check_instruction`` has
+checked the types of its arguments (the same check for Python calls and traces).
 """
 from __future__ import annotations
 
+import numbers
+import operator
+import re
+
 from schedules.errors import (AnnotationError, CacheWriteError, ComputeAtError, ComputeInlineError,
-                             FuseError, PackError, ReorderError, RFactorError, SplitError, UnknownHandleError)
+                             FuseError, PackError, ReorderError, RFactorError, ScheduleError, SplitError,
+                             UnknownHandleError)
 from tensorir.te.expr import Binary, BinOp, const, select
 from tensorir.tir.ir import ForKind
 from tensorir.tir.rewrite import rewrite, substitute
@@ -47,20 +54,224 @@ def get_loop(g: StageGraph, handle, prim: str) -> tuple:
     return st, lname
 
 
-def _positive_int(value, prim: str, what: str, handle: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise SplitError(prim, f"{what} for loop {handle} must be a positive integer, got {value!r}")
-    if value <= 0:
-        raise SplitError(prim, f"{what} for loop {handle} must be a positive integer, got {value}")
+# ------------------------------------------------------- argument checking
+#
+# One path for every argument of every primitive: a Python call (``Schedule.split`` ...) and a
+# replayed trace (``Schedule.from_json``, user input like any other) both reach the primitive
+# through ``check_instruction``, which checks the arity, the types and the plain values of the
+# inputs, attributes and output names, and turns integral numbers (numpy's included) into
+# ints.  What depends on the schedule (does the loop exist, is the name free, does the factor
+# fit the extent) is checked by the primitive itself, the same way for both callers.
+
+ERRORS = {"split": SplitError, "fuse": FuseError, "reorder": ReorderError, "unroll": AnnotationError,
+          "vectorize": AnnotationError, "parallel": AnnotationError, "compute_at": ComputeAtError,
+          "compute_root": ComputeAtError, "compute_inline": ComputeInlineError,
+          "cache_write": CacheWriteError, "pack": PackError, "rfactor": RFactorError}
+
+# (inputs, attributes, output names): inputs are "loop" handles ('C.i'), "stage" or "tensor"
+# names, "loops" one or more loop handles; outputs is how many names the primitive makes
+# (0: none) and what they name.
+SIGNATURES = {
+    "split": (("loop",), ("factor", "nparts"), (2, "loop")),
+    "fuse": (("loop", "loop"), (), (1, "loop")),
+    "reorder": (("loops",), (), (0, None)),
+    "unroll": (("loop",), (), (0, None)),
+    "vectorize": (("loop",), (), (0, None)),
+    "parallel": (("loop",), (), (0, None)),
+    "compute_at": (("stage", "loop"), (), (0, None)),
+    "compute_root": (("stage",), (), (0, None)),
+    "compute_inline": (("stage",), (), (0, None)),
+    "cache_write": (("stage",), (), (1, "stage")),
+    "pack": (("tensor",), ("splits", "order", "consumers"), (1, "stage")),
+    "rfactor": (("stage",), ("factor", "axis"), (1, "stage")),
+}
+
+_WHAT = {"loop": "a loop handle like 'C.i'", "stage": "a stage name", "tensor": "a tensor name",
+         "loops": "one or more loop handles like 'C.i'"}
+_LOOP_NAME = re.compile(r"\w+(\.\w+)*")     # 'i_o', 'i.0', 'i_j_fused'
+_STAGE_NAME = re.compile(r"(?!\d)\w+")   # no '.': handles are 'stage.loop'
+
+
+def show(value, limit: int = 60) -> str:
+    """``repr(value)`` on one line, cut to ``limit`` characters (for error messages)."""
+    text = " ".join(repr(value).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def as_int(value, prim: str, what: str, minimum: int | None = 1) -> int:
+    """``value`` as a plain int: any integral number (numpy's too), not bool, not a float."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        kind = "a positive integer" if minimum == 1 else "an integer"
+        raise ERRORS.get(prim, ScheduleError)(prim, f"{what} must be {kind}, got {show(value)}")
+    value = int(operator.index(value))
+    if minimum is not None and value < minimum:
+        raise ERRORS.get(prim, ScheduleError)(prim, f"{what} must be a positive integer, got {value}")
     return value
 
 
-def _new_loop_name(st: Stage, want: str, prim: str) -> str:
-    if want in st.loops:
-        raise UnknownHandleError(prim, f"loop name {st.name}.{want} is already taken", stage=st.name)
-    if not want or "." == want[0]:
-        raise UnknownHandleError(prim, f"invalid loop name {want!r}", stage=st.name)
-    return want
+def _seq(value) -> bool:
+    return isinstance(value, (list, tuple))
+
+
+def check_instruction(kind, inputs, attrs, outputs) -> tuple:
+    """Check one instruction's arguments; returns (inputs, attrs, outputs) as plain JSON values.
+
+    ``outputs`` are the names the instruction is to give what it makes (``"stage.loop"``
+    handles for split and fuse, stage names for the others; empty: the primitive's defaults).
+    """
+    if not isinstance(kind, str) or kind not in SIGNATURES:
+        raise ScheduleError("replay", f"unknown instruction {show(kind)}; known: {sorted(SIGNATURES)}")
+    exc = ERRORS[kind]
+    want_in, known_attrs, (n_out, out_kind) = SIGNATURES[kind]
+    # inputs
+    if not _seq(inputs):
+        raise exc(kind, f"expected a list of inputs ({', '.join(_WHAT[w] for w in want_in)}), got {show(inputs)}")
+    inputs = list(inputs)
+    if want_in == ("loops",):
+        if not inputs:
+            raise exc(kind, "expected at least one loop handle like 'C.i', got none")
+        want_in = ("loop",) * len(inputs)
+    if len(inputs) != len(want_in):
+        raise exc(kind, f"expected {len(want_in)} input(s) ({', '.join(_WHAT[w] for w in want_in)}), got "
+                  f"{len(inputs)}: {show(inputs)}")
+    for x, w in zip(inputs, want_in):
+        if not isinstance(x, str):
+            raise exc(kind, f"expected {_WHAT[w]}, got {show(x)}")
+    # attributes
+    if attrs is None:
+        attrs = {}
+    if not isinstance(attrs, dict):
+        raise exc(kind, f"expected the attributes as a dict, got {show(attrs)}")
+    unknown = [k for k in attrs if k not in known_attrs]
+    if unknown:
+        allowed = f"expected only {list(known_attrs)}" if known_attrs else "it takes none"
+        raise exc(kind, f"unexpected attribute(s) {show(unknown)}; {allowed}")
+    attrs = {k: v for k, v in attrs.items() if v is not None}
+    checker = _ATTR_CHECKS.get(kind)
+    if checker is not None:
+        attrs = checker(inputs, attrs)
+    # output names
+    if not _seq(outputs):
+        raise exc(kind, f"expected the names of the new {out_kind or 'loop'}s as a list, got {show(outputs)}")
+    outputs = list(outputs)
+    if outputs:
+        if n_out == 0:
+            raise exc(kind, f"{kind} makes nothing to name; got names {show(outputs)}")
+        if len(outputs) != n_out:
+            what = "2 names (outer, inner)" if n_out == 2 else "1 name"
+            raise exc(kind, f"expected {what} for the new {out_kind}{'s' if n_out > 1 else ''}, got "
+                      f"{len(outputs)}: {show(outputs)}")
+        for o in outputs:
+            if not isinstance(o, str):
+                raise exc(kind, f"expected a {out_kind} name (a string), got {show(o)}")
+        if out_kind == "loop":   # "stage.loop" handles of the input's stage
+            stage = inputs[0].split(".", 1)[0]
+            for o in outputs:
+                if not o.startswith(stage + "."):
+                    raise exc(kind, f"new loop {o!r} must be a loop of stage {stage} (a handle '{stage}.name')")
+            outputs = [o[len(stage) + 1:] for o in outputs]
+    return inputs, attrs, outputs
+
+
+def _check_split_attrs(inputs, attrs):
+    for key in ("factor", "nparts"):
+        if key in attrs:
+            attrs[key] = as_int(attrs[key], "split", f"{key} for loop {inputs[0]}")
+    return attrs
+
+
+def _check_pack_attrs(inputs, attrs):
+    (tname,) = inputs
+    splits = attrs.get("splits", {})
+    if not isinstance(splits, dict):
+        raise PackError("pack", f"splits of {tname} must map a dimension to a block size, like {{1: 16}}; got "
+                        f"{show(splits)}")
+    out = {}
+    for d, f in splits.items():
+        if isinstance(d, str) and re.fullmatch(r"[0-9]+", d, re.ASCII):
+            dim = int(d)
+        elif isinstance(d, numbers.Integral) and not isinstance(d, bool):
+            dim = int(operator.index(d))
+        else:
+            raise PackError("pack", f"splits of {tname} must map a dimension (an integer) to a block size; got "
+                            f"the key {show(d)}")
+        if str(dim) in out:
+            raise PackError("pack", f"splits of {tname} give dimension {dim} twice")
+        out[str(dim)] = as_int(f, "pack", f"split factor of dimension {dim} of {tname}")
+    attrs["splits"] = out
+    if "order" in attrs:
+        order = attrs["order"]
+        if not _seq(order) or not all(isinstance(k, str) or (isinstance(k, numbers.Integral) and
+                                                            not isinstance(k, bool)) for k in order):
+            raise PackError("pack", f"order of {tname} must list dimension keys like ['1.o', '0', '1.i']; got "
+                            f"{show(order)}")
+        attrs["order"] = [k if isinstance(k, str) else str(int(k)) for k in order]
+    if "consumers" in attrs:
+        cons = attrs["consumers"]
+        if not _seq(cons) or not all(isinstance(c, str) for c in cons):
+            raise PackError("pack", f"consumers of the packed {tname} must be a list of stage names; got "
+                            f"{show(cons)}")
+        attrs["consumers"] = list(cons)
+    return attrs
+
+
+def _check_rfactor_attrs(inputs, attrs):
+    if "factor" not in attrs:
+        raise RFactorError("rfactor", f"expected a factor for stage {inputs[0]}, got none")
+    attrs["factor"] = as_int(attrs["factor"], "rfactor", f"factor of stage {inputs[0]}", minimum=None)
+    if "axis" in attrs and not isinstance(attrs["axis"], str):
+        raise RFactorError("rfactor", f"axis of stage {inputs[0]} must be the name of a reduce loop, got "
+                           f"{show(attrs['axis'])}")
+    return attrs
+
+
+_ATTR_CHECKS = {"split": _check_split_attrs, "pack": _check_pack_attrs, "rfactor": _check_rfactor_attrs}
+
+
+def _unique(base: str, taken) -> str:
+    name, n = base, 1
+    while name in taken:
+        name, n = f"{base}_{n}", n + 1
+    return name
+
+
+def new_loop_names(st: Stage, given: list, defaults: list, prim: str, accepted=()) -> list:
+    """Names for the loops ``prim`` adds to ``st``: ``given`` (checked) or ``defaults`` (made unique).
+
+    A given name must be new to the stage and to the other new loops; a name equal to the default
+    or in ``accepted`` (the default of an earlier version, in recorded traces) skips the spelling check.
+    """
+    exc = ERRORS[prim]
+    out: list = []
+    if not given:
+        for d in defaults:
+            out.append(_unique(d, set(st.loops) | set(out)))
+        return out
+    for name, default in zip(given, defaults):
+        if name != default and name not in accepted and not _LOOP_NAME.fullmatch(name):
+            raise exc(prim, f"loop name {name!r} is not valid; expected letters, digits and '_', in parts "
+                      "joined by '.' (like 'i_o' or 'i.0')", stage=st.name)
+        if name in st.loops:
+            raise exc(prim, f"loop name {st.name}.{name} is already taken; expected a name stage {st.name} "
+                      "has not used for a loop", stage=st.name)
+        if name in out:
+            raise exc(prim, f"the new loops need distinct names, got {st.name}.{name} twice", stage=st.name)
+        out.append(name)
+    return out
+
+
+def new_stage_name(g: StageGraph, given: list, default: str, prim: str) -> str:
+    """The name of the stage ``prim`` creates: ``given[0]`` (checked) or ``default`` made unique."""
+    exc = ERRORS[prim]
+    if not given:
+        return g.fresh_name(default)
+    (name,) = given
+    if not _STAGE_NAME.fullmatch(name):
+        raise exc(prim, f"stage name {name!r} is not valid; expected letters, digits and '_', not starting "
+                  "with a digit (no '.': loops are named 'stage.loop')")
+    if g.stage(name) is not None or name in g.names.values():
+        raise exc(prim, f"name {name!r} is already taken; expected a name no tensor or stage of the workload has")
+    return name
 
 
 def _move_attachments(g: StageGraph, st: Stage, old: str, new: str) -> None:
@@ -85,15 +296,13 @@ def apply_split(g, inputs, attrs, outputs):
         raise SplitError("split", f"give exactly one of factor= or nparts= for loop {handle}")
     ext = st.loops[loop].extent
     if factor is None:
-        nparts = _positive_int(nparts, "split", "nparts", handle)
         factor = -(-ext // nparts)
-    factor = _positive_int(factor, "split", "factor", handle)
+    factor = min(factor, ext)        # a factor past the extent makes one outer iteration, as the extent does
     _check_unannotated(st, loop, "split", SplitError)
-    outer, inner = outputs or (f"{loop}.0", f"{loop}.1")
-    outer, inner = _new_loop_name(st, outer, "split"), _new_loop_name(st, inner, "split")
+    outer, inner = new_loop_names(st, outputs, [f"{loop}.0", f"{loop}.1"], "split")
     kind = st.loops[loop].kind
     st.loops[outer] = Loop(outer, kind, -(-ext // factor))
-    st.loops[inner] = Loop(inner, kind, factor if ext > factor else ext)
+    st.loops[inner] = Loop(inner, kind, factor)
     pos = st.leaf.index(loop)
     st.leaf[pos:pos + 1] = [outer, inner]
     st.relations.append(Split(loop, outer, inner, factor))
@@ -101,9 +310,27 @@ def apply_split(g, inputs, attrs, outputs):
     return [outer, inner]
 
 
+def _roots(st: Stage, loop: str) -> list:
+    """The root loops ``loop`` derives from, outermost first (``i.0`` -> [i]; ``i_j_fused`` -> [i, j])."""
+    for rel in reversed(st.relations):
+        if isinstance(rel, Split) and loop in (rel.outer, rel.inner):
+            return _roots(st, rel.parent)
+        if isinstance(rel, Fuse) and loop == rel.fused:
+            return _roots(st, rel.outer) + _roots(st, rel.inner)
+    return [loop]
+
+
+def fused_name(st: Stage, outer: str, inner: str) -> str:
+    """Default name of ``fuse(outer, inner)``: its root loops joined, ``i_j_fused`` (unique in the stage).
+
+    (Before, it was ``f"{outer}.{inner}.fused"``, which grew with every level of tiling and fusion;
+    recorded traces name their fused loops explicitly, so they replay with the old names.)
+    """
+    roots = list(dict.fromkeys(_roots(st, outer) + _roots(st, inner)))
+    return _unique("_".join(roots) + "_fused", st.loops)
+
+
 def apply_fuse(g, inputs, attrs, outputs):
-    if len(inputs) != 2:
-        raise FuseError("fuse", f"expected two loops, got {len(inputs)}")
     st, a = get_loop(g, inputs[0], "fuse")
     st2, b = get_loop(g, inputs[1], "fuse")
     if st2 is not st:
@@ -121,8 +348,7 @@ def apply_fuse(g, inputs, attrs, outputs):
                         stage=st.name, loop=a)
     _check_unannotated(st, a, "fuse", FuseError)
     _check_unannotated(st, b, "fuse", FuseError)
-    (fused,) = outputs or (f"{a}.{b}.fused",)
-    fused = _new_loop_name(st, fused, "fuse")
+    (fused,) = new_loop_names(st, outputs, [fused_name(st, a, b)], "fuse", accepted=[f"{a}.{b}.fused"])
     st.loops[fused] = Loop(fused, ka, st.loops[a].extent * st.loops[b].extent)
     st.leaf[pa:pb + 1] = [fused]
     st.relations.append(Fuse(a, b, fused))
@@ -265,13 +491,20 @@ def apply_cache_write(g, inputs, attrs, outputs):
     (sname,) = inputs
     st = get_stage(g, sname, "cache_write")
     _check_fresh(st, "cache_write", CacheWriteError)
-    (name,) = outputs or (g.fresh_name(f"{st.name}_local"),)
-    if g.stage(name) is not None or name in g.names.values():
-        raise CacheWriteError("cache_write", f"name {name!r} is already taken", stage=st.name)
+    name = new_stage_name(g, outputs, f"{st.name}_local", "cache_write")
     op = st.tensor.op
     cache_t = Tensor(st.shape, st.dtype, name, ComputeOp(op.axes, st.body))
     g.names[id(cache_t)] = name
     cache = make_stage(name, cache_t, False, origin="cache_write")
+    if len(cache.root) != len(st.root):
+        raise CacheWriteError("cache_write", f"stage {st.name} has loops {st.root}, but its computation has "
+                              f"{cache.root}; expected the same axes", stage=st.name)
+    # the computation moves to the cache stage: so do the stages computed inside its loops
+    # (compute_at("e", "r.k").cache_write("r") computes e at r_local.k, where it is read)
+    same = dict(zip(st.root, cache.root))
+    for s in g.stages:
+        if s.attach.kind == "at" and s.attach.stage == st.name and s.attach.loop in same:
+            s.attach = Attach("at", name, same[s.attach.loop])
     spatial = st.spatial_root
     st.body = TensorRead(cache_t, tuple(st.root_vars[r] for r in spatial))
     st.root = list(spatial)
@@ -285,14 +518,13 @@ def apply_pack(g, inputs, attrs, outputs):
     """Copy a tensor into a blocked layout and make its readers use the copy."""
     (tname,) = inputs
     source = _find_tensor(g, tname)
-    splits = {int(d): f for d, f in (attrs.get("splits") or {}).items()}
     n = source.ndim
-    for d, f in splits.items():
+    splits = {}
+    for d, f in attrs.get("splits", {}).items():
+        d = int(d)
         if not 0 <= d < n:
             raise PackError("pack", f"tensor {tname} has {n} dimension(s); cannot split dimension {d}")
-        if isinstance(f, bool) or not isinstance(f, int) or f <= 0:
-            raise PackError("pack", f"split factor of dimension {d} of {tname} must be a positive integer, "
-                            f"got {f!r}")
+        splits[d] = min(f, source.shape[d])   # as split does: a block larger than the dimension is the dimension
     dims = []  # (key, source dim, part) part in {"", "o", "i"}
     for d in range(n):
         if d in splits:
@@ -307,9 +539,7 @@ def apply_pack(g, inputs, attrs, outputs):
     readers = _readers(g, source, attrs.get("consumers"))
     if not readers:
         raise PackError("pack", f"no stage reads {tname}; nothing would use the packed copy")
-    (name,) = outputs or (g.fresh_name(f"{g.names.get(id(source), tname)}_pack"),)
-    if g.stage(name) is not None or name in g.names.values():
-        raise PackError("pack", f"name {name!r} is already taken")
+    name = new_stage_name(g, outputs, f"{g.names.get(id(source), tname)}_pack", "pack")
     by_key = {k: (d, p) for k, d, p in dims}
     ext = {}
     for k, d, p in dims:
@@ -378,14 +608,18 @@ def apply_rfactor(g, inputs, attrs, outputs):
     if axis not in reduce_loops:
         raise RFactorError("rfactor", f"{st.name}.{axis} is not a reduce loop of {st.name}; reduce loops: "
                            f"{[f'{st.name}.{n}' for n in reduce_loops]}", stage=st.name)
-    f = attrs.get("factor")
+    f = attrs["factor"]
     extent = st.loops[axis].extent
-    if isinstance(f, bool) or not isinstance(f, int) or not 2 <= f <= extent:
+    if not 2 <= f <= extent:
         raise RFactorError("rfactor", f"factor of {st.name}.{axis} must be between 2 and its extent {extent}, "
                            f"got {f!r}", stage=st.name, loop=axis)
-    (name,) = outputs or (g.fresh_name(f"{st.name}_rf"),)
-    if g.stage(name) is not None or name in g.names.values():
-        raise RFactorError("rfactor", f"name {name!r} is already taken", stage=st.name)
+    hosted = [s for s in g.stages if s.attach.kind == "at" and s.attach.stage == st.name]
+    if hosted:
+        s = hosted[0]
+        raise RFactorError("rfactor", f"stage {s.name} is computed at loop {st.name}.{s.attach.loop}; expected no "
+                           f"stage computed inside the loops of {st.name}, whose reads move to the partial "
+                           f"stage (apply rfactor before compute_at, or compute_root {s.name} first)", stage=st.name)
+    name = new_stage_name(g, outputs, f"{st.name}_rf", "rfactor")
     k = st.root_vars[axis]
     taken = {v.name for v in st.root_vars.values()}
     kv, ko = (Var(_fresh_var(f"{axis}_{suffix}", taken)) for suffix in ("v", "o"))

@@ -15,13 +15,14 @@ change the numbers without changing the program (TVM's sampling instructions).
 from __future__ import annotations
 
 import json
+import numbers
 from dataclasses import dataclass
 
-from schedules.errors import DecisionError, ScheduleError
+from schedules.errors import DecisionError, RFactorError, ScheduleError, UnknownHandleError
 from schedules.state import StageGraph
 from tensorir.te import AxisKind
 
-from .primitives import PRIMITIVES, get_stage
+from .primitives import PRIMITIVES, SIGNATURES, check_instruction, get_stage, show
 
 TRACE_VERSION = 1
 
@@ -45,12 +46,19 @@ def _attrs(d: dict | None) -> str:
     return json.dumps(d or {}, sort_keys=True)
 
 
+def _plain(value):
+    """For ``json.dumps``: integral numbers of other types (numpy's) as ints; nothing else."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
+    raise TypeError(f"{show(value)} is not JSON data")
+
+
 def _resolve(value, decisions: dict, kind: str):
     """Replace ``{"$decision": name}`` references by the decision's value."""
     if isinstance(value, dict):
         if set(value) == {"$decision"}:
             name = value["$decision"]
-            if name not in decisions:
+            if not isinstance(name, str) or name not in decisions:
                 raise DecisionError(kind, f"the trace refers to decision {name!r}, which has no value "
                                     f"(decisions: {sorted(decisions)})")
             return decisions[name]
@@ -64,43 +72,80 @@ class Schedule:
     """A workload plus a trace of schedule primitives (immutable)."""
 
     def __init__(self, tensors, trace: tuple = (), decisions: dict | None = None, *, _state=None):
-        self.tensors = tuple(tensors) if not hasattr(tensors, "op") else (tensors,)
-        self.trace = tuple(trace)
+        try:
+            self.tensors = tuple(tensors) if not hasattr(tensors, "op") else (tensors,)
+        except TypeError:
+            self.tensors = tensors      # not a list: StageGraph.from_tensors says so
+        try:
+            self.trace = tuple(trace)
+        except TypeError:
+            raise ScheduleError("replay", f"a trace is a sequence of Instructions, got {show(trace)}") from None
+        if decisions is not None and not isinstance(decisions, dict):
+            raise DecisionError("replay", f"decisions must be a dict of decision name -> value, got {show(decisions)}")
         self.decisions = dict(decisions or {})
         if _state is None:
             _state = StageGraph.from_tensors(self.tensors)
-            for inst in self.trace:
-                _state = self._apply(_state, inst)[0]
+            for n, inst in enumerate(self.trace):
+                if not isinstance(inst, Instruction):
+                    raise ScheduleError("replay", f"trace entry {n} is {show(inst)}; expected an Instruction "
+                                        "(Schedule.from_json replays JSON traces)")
+                try:
+                    _state = self._apply(_state, inst)[0]
+                except ScheduleError as err:
+                    err.args = (f"{err.args[0]} (instruction {n} of the trace)",)
+                    raise
         self.state = _state
 
     # ------------------------------------------------------------- core
     def _apply(self, state: StageGraph, inst: Instruction):
-        fn = PRIMITIVES.get(inst.kind)
-        if fn is None:
-            raise ScheduleError("replay", f"unknown instruction {inst.kind!r}; known: {sorted(PRIMITIVES)}")
-        new = state.copy()
-        attrs = _resolve(inst.attr_dict, self.decisions, inst.kind)
-        outputs = list(inst.outputs)
-        if inst.kind in ("split", "fuse"):  # outputs are "stage.loop" handles
-            outputs = [o.split(".", 1)[1] if "." in o else o for o in outputs]
+        """Check ``inst`` (decisions resolved) and apply it to a copy of ``state``.
+
+        Returns (new state, the names it made as the trace records them, checked inputs, checked
+        attributes).  Every instruction passes here, from a Python call or a replayed trace.
+        """
         try:
-            made = fn(new, list(inst.inputs), attrs, outputs)
+            attrs = inst.attr_dict
+        except (TypeError, ValueError):
+            raise ScheduleError("replay", f"the attributes of {show(inst.kind)} are not JSON text: "
+                                f"{show(inst.attrs)}") from None
+        attrs = _resolve(attrs, self.decisions, inst.kind)
+        inputs, attrs, outputs = check_instruction(inst.kind, inst.inputs, attrs, inst.outputs)
+        new = state.copy()
+        try:
+            made = PRIMITIVES[inst.kind](new, inputs, attrs, outputs)
         except ScheduleError as err:
             err.nest = describe(state, err.stage, err.loop)
             raise
-        return new, made
+        if inst.kind in ("split", "fuse"):  # loops are recorded as "stage.loop" handles
+            made = [f"{inputs[0].split('.', 1)[0]}.{m}" for m in made]
+        return new, made, inputs, attrs
 
     def _do(self, kind: str, inputs, attrs: dict | None = None, outputs=()):
-        inputs = tuple(_handle(x) for x in inputs)
-        if kind in ("split", "fuse") and outputs:  # user-chosen loop names -> handles
-            stage = inputs[0].split(".", 1)[0]
-            outputs = [f"{stage}.{o}" for o in outputs]
-        inst = Instruction(kind, inputs, _attrs(attrs), tuple(outputs))
-        state, made = self._apply(self.state, inst)
-        if kind in ("split", "fuse"):
-            made = [f"{inputs[0].split('.', 1)[0]}.{m}" for m in made]
-        inst = Instruction(kind, inputs, inst.attrs, tuple(made))
+        inputs = [self._name(x, kind) for x in inputs]
+        inputs, attrs, _ = check_instruction(kind, inputs, _resolve(attrs or {}, self.decisions, kind), outputs)
+        inst = Instruction(kind, tuple(inputs), _attrs(attrs), tuple(outputs))
+        state, made, _, _ = self._apply(self.state, inst)
+        inst = Instruction(kind, inst.inputs, inst.attrs, tuple(made))
         return Schedule(self.tensors, self.trace + (inst,), self.decisions, _state=state)
+
+    def _name(self, x, prim: str):
+        """A tensor given for a stage or tensor name: its name in this schedule."""
+        if hasattr(x, "op") and hasattr(x, "name"):
+            name = self.state.names.get(id(x))
+            if name is None:
+                raise UnknownHandleError(prim, f"tensor {x.name!r} is not part of this workload; tensors: "
+                                         f"{sorted(self.state.names.values())}")
+            return name
+        return x
+
+    @staticmethod
+    def _loop_outputs(loop, names) -> list:
+        """User-chosen names of new loops of ``loop``'s stage as "stage.loop" handles (others: unchanged,
+        for the check to refuse)."""
+        if not isinstance(names, (list, tuple)):
+            return names
+        stage = loop.split(".", 1)[0] if isinstance(loop, str) else ""
+        return [f"{stage}.{n}" if isinstance(n, str) else n for n in names]
 
     # ------------------------------------------------------- inspection
     @property
@@ -110,16 +155,16 @@ class Schedule:
 
     def loops(self, stage) -> list:
         """Current loops of ``stage``, outermost first, as ``"stage.loop"`` handles."""
-        st = get_stage(self.state, _handle(stage), "loops")
+        st = get_stage(self.state, self._name(stage, "loops"), "loops")
         return [f"{st.name}.{n}" for n in st.leaf]
 
     def axes(self, stage) -> list:
         """Root spatial axes of ``stage`` as loop handles (original loop names)."""
-        st = get_stage(self.state, _handle(stage), "axes")
+        st = get_stage(self.state, self._name(stage, "axes"), "axes")
         return [f"{st.name}.{n}" for n in st.spatial_root]
 
     def reduce_axes(self, stage) -> list:
-        st = get_stage(self.state, _handle(stage), "reduce_axes")
+        st = get_stage(self.state, self._name(stage, "reduce_axes"), "reduce_axes")
         return [f"{st.name}.{n}" for n in st.root if st.loops[n].kind is AxisKind.REDUCE]
 
     def extent(self, loop: str) -> int:
@@ -141,6 +186,9 @@ class Schedule:
             for C.i in range(100):
               C[C.i] = ...
 
+        ``names=(outer, inner)`` names the new loops (default ``"i.0"``, ``"i.1"``); a factor may be any
+        integral number (numpy's too), and one past the extent makes a single outer iteration.
+
         After ``split("C.i", factor=32)`` (100 is not a multiple of 32: the tail is guarded, and
         full tiles get a guard-free copy when the guard would sit in an unrolled/vectorized loop)::
 
@@ -149,10 +197,8 @@ class Schedule:
                 if C.i.0 * 32 + C.i.1 < 100:
                   C[C.i.0 * 32 + C.i.1] = ...
         """
-        attrs = {"factor": factor} if nparts is None else {"nparts": nparts}
-        if factor is not None and nparts is not None:
-            attrs = {"factor": factor, "nparts": nparts}
-        return self._do("split", [loop], attrs, names or ())
+        outputs = () if names is None else self._loop_outputs(loop, names)
+        return self._do("split", [loop], {"factor": factor, "nparts": nparts}, outputs)
 
     def fuse(self, outer: str, inner: str, name: str | None = None) -> "Schedule":
         """Fuse two adjacent loops (``inner`` directly inside ``outer``, same kind) into one.
@@ -165,10 +211,13 @@ class Schedule:
 
         After ``fuse("C.i", "C.j")``::
 
-            for C.i.j.fused in range(24):
-              C[C.i.j.fused // 6, C.i.j.fused % 6] = ...
+            for C.i_j_fused in range(24):
+              C[C.i_j_fused // 6, C.i_j_fused % 6] = ...
+
+        The fused loop is named after the root loops it runs over (``fuse("C.i.0", "C.j.0")`` gives
+        ``C.i_j_fused`` too; ``_1``, ``_2``... are appended when that name is taken), or ``name``.
         """
-        return self._do("fuse", [outer, inner], None, (name,) if name else ())
+        return self._do("fuse", [outer, inner], None, () if name is None else self._loop_outputs(outer, [name]))
 
     def reorder(self, *loops: str) -> "Schedule":
         """Put the given loops (of one stage) in this order, in the slots they occupy.
@@ -262,7 +311,7 @@ class Schedule:
               C_local[...] = 0.0f ; for k: C_local[i, j] = C_local[i, j] + A[...] * B[...]
               for C.i.1: for C.j.1: C[...] = C_local[C.i.1, C.j.1]
         """
-        return self._do("cache_write", [stage], None, (name,) if name else ())
+        return self._do("cache_write", [stage], None, () if name is None else [name])
 
     def pack(self, tensor, splits: dict, order: list | None = None, consumers: list | None = None,
              name: str | None = None) -> "Schedule":
@@ -272,12 +321,10 @@ class Schedule:
         dimensions by key (``"0"``, ``"1.o"``, ``"1.i"``).  Matmul's packed B:
         ``pack("B", {1: 16}, order=["1.o", "0", "1.i"])`` gives ``B_pack[j//16, k, j%16]``.
         """
-        attrs = {"splits": {str(k): v for k, v in splits.items()}}
-        if order is not None:
-            attrs["order"] = [str(o) for o in order]
-        if consumers is not None:
-            attrs["consumers"] = [_handle(c) for c in consumers]
-        return self._do("pack", [tensor], attrs, (name,) if name else ())
+        attrs = {"splits": splits, "order": order, "consumers": consumers}
+        if isinstance(consumers, (list, tuple)):
+            attrs["consumers"] = [self._name(c, "pack") for c in consumers]
+        return self._do("pack", [tensor], attrs, () if name is None else [name])
 
     def rfactor(self, stage, factor: int, axis: str | None = None, name: str | None = None) -> "Schedule":
         """Factor a reduction into ``factor`` interleaved partial results, a new spatial axis (TVM's rfactor).
@@ -291,19 +338,25 @@ class Schedule:
             for y_rf.i: for y_rf.k_v: for y_rf.k_o: y_rf[i, k_v] += A[i, k_o * 8 + k_v]
             for y.i: for y.k_v: y[i] += y_rf[i, k_v]
         """
-        attrs = {"factor": factor}
-        if axis is not None:
-            owner, _, loop = str(axis).partition(".") if "." in str(axis) else (None, "", axis)
-            if owner is not None and owner != _handle(stage):
-                from schedules.errors import RFactorError
-                raise RFactorError("rfactor", f"loop {axis} belongs to stage {owner}, not {_handle(stage)}")
-            attrs["axis"] = loop
-        return self._do("rfactor", [stage], attrs, (name,) if name else ())
+        sname = self._name(stage, "rfactor")
+        if isinstance(axis, str) and "." in axis and isinstance(sname, str):   # "y.k" -> "k"
+            owner, _, axis = axis.partition(".")
+            if owner != sname:
+                raise RFactorError("rfactor", f"loop {owner}.{axis} belongs to stage {owner}, not {sname}")
+        return self._do("rfactor", [sname], {"factor": factor, "axis": axis}, () if name is None else [name])
 
     def tile(self, loops: list, factors: list) -> "Schedule":
         """Split each loop by its factor and put all outer loops before all inner loops."""
+        listed = [_as_list(loops), _as_list(factors)]
+        if None in listed or not listed[0]:
+            raise ScheduleError("tile", f"expected a non-empty list of loops and a list of factors, got "
+                                f"{show(loops)} and {show(factors)}")
+        loops, factors = listed
         if len(loops) != len(factors):
             raise ScheduleError("tile", f"got {len(loops)} loops but {len(factors)} factors")
+        for lp in loops:
+            if loops.count(lp) > 1:
+                raise ScheduleError("tile", f"loop {show(lp)} is listed twice; expected distinct loops")
         s, outers, inners = self, [], []
         for lp, f in zip(loops, factors):
             s = s.split(lp, factor=f)
@@ -346,24 +399,40 @@ class Schedule:
         for n, item in enumerate(obj["instructions"]):
             if not (isinstance(item, list) and len(item) == 4 and isinstance(item[0], str)
                     and isinstance(item[1], list) and isinstance(item[2], dict) and isinstance(item[3], list)):
-                raise ScheduleError("replay", f"instruction {n} is malformed: {item!r}; expected "
+                raise ScheduleError("replay", f"instruction {n} is malformed: {show(item)}; expected "
                                     "[kind, inputs, attrs, outputs]")
             kind, inputs, attrs, outputs = item
-            trace.append(Instruction(kind, tuple(inputs), _attrs(attrs), tuple(outputs)))
-        return cls(tensors, tuple(trace), obj.get("decisions") or {})
+            try:
+                text = json.dumps(attrs, sort_keys=True, default=_plain)
+            except (TypeError, ValueError) as err:
+                raise ScheduleError("replay", f"instruction {n} ({kind}): attributes must be JSON data; {err}") from None
+            trace.append(Instruction(kind, tuple(inputs), text, tuple(outputs)))
+        decisions = obj.get("decisions")
+        if decisions is not None and not (isinstance(decisions, dict) and all(isinstance(k, str) for k in decisions)):
+            raise DecisionError("replay", f"decisions must be a JSON object of name -> value, got {show(decisions)}")
+        return cls(tensors, tuple(trace), decisions or {})
 
     def to_python(self) -> str:
-        """The trace as Python code that rebuilds this schedule."""
+        """The trace as Python code that rebuilds this schedule: every argument of every primitive.
+
+        A name chosen for what a primitive made (``names=`` of split, ``name=`` of the others) is
+        printed where it is not the name the primitive would choose itself (a trace written by an
+        earlier version, whose default names differ, prints them too).
+        """
         lines = ["s = Schedule(tensors)"]
+        state = StageGraph.from_tensors(self.tensors)
         for inst in self.trace:
-            a = _resolve(inst.attr_dict, self.decisions, inst.kind)
-            args = [repr(x) for x in inst.inputs]
-            if inst.kind in ("split", "rfactor"):
-                args += [f"{k}={v!r}" for k, v in a.items()]
-            elif inst.kind == "pack":
-                args.append(repr({int(k): v for k, v in a["splits"].items()}))
-                args += [f"{k}={v!r}" for k, v in a.items() if k != "splits"]
-            lines.append(f"s = s.{inst.kind}({', '.join(args)})")
+            new, made, inputs, attrs = self._apply(state, inst)
+            names = None
+            if SIGNATURES[inst.kind][2][0]:          # a primitive that names what it makes
+                try:
+                    default = self._apply(state, Instruction(inst.kind, inst.inputs, inst.attrs))[1]
+                except ScheduleError:
+                    default = None
+                if default != made:
+                    names = [m.split(".", 1)[1] for m in made] if inst.kind in ("split", "fuse") else made
+            lines.append(f"s = s.{inst.kind}({', '.join(_python_args(inst.kind, inputs, attrs, names))})")
+            state = new
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -373,10 +442,26 @@ class Schedule:
         return f"<Schedule {len(self.trace)} instruction(s) on {[t.name for t in self.tensors]}>"
 
 
-def _handle(x):
-    if hasattr(x, "op") and hasattr(x, "name"):
-        return x.name
-    return x
+def _as_list(x):
+    """``x`` as a list if it is a sequence of items (list, tuple, numpy array), else None."""
+    if isinstance(x, (str, bytes, dict)) or not hasattr(x, "__iter__"):
+        return None
+    return list(x)
+
+
+def _python_args(kind: str, inputs: list, attrs: dict, names) -> list:
+    """The arguments of the ``Schedule`` method call that records ``[kind, inputs, attrs, names]``."""
+    args = [repr(x) for x in inputs]
+    if kind == "split":
+        args += [f"{k}={attrs[k]!r}" for k in ("factor", "nparts") if k in attrs]
+    elif kind == "pack":
+        args.append(repr({int(k): v for k, v in attrs["splits"].items()}))
+        args += [f"{k}={attrs[k]!r}" for k in ("order", "consumers") if k in attrs]
+    elif kind == "rfactor":
+        args += [f"{k}={attrs[k]!r}" for k in ("factor", "axis") if k in attrs]
+    if names is not None:
+        args.append(f"names={tuple(names)!r}" if kind == "split" else f"name={names[0]!r}")
+    return args
 
 
 def describe(state: StageGraph, stage: str | None = None, loop: str | None = None) -> str:

@@ -39,7 +39,7 @@ def s_vectorize():
 
 
 def s_parallel():
-    return Schedule(matmul_wl()).fuse("C.i", "C.j").parallel("C.i.j.fused")
+    return Schedule(matmul_wl()).fuse("C.i", "C.j").parallel("C.i_j_fused")
 
 
 def s_compute_at():
@@ -71,7 +71,7 @@ def s_register_tiled_matmul():
     s = s.tile(["C.i", "C.j"], [4, 16]).compute_at("C_local", "C.j.0")
     s = s.split("C_local.k", factor=4).reorder("C_local.k.0", "C_local.k.1", "C_local.i", "C_local.j")
     s = s.unroll("C_local.k.1").unroll("C_local.i").vectorize("C_local.j").vectorize("C.j.1")
-    s = s.fuse("C.i.0", "C.j.0").parallel("C.i.0.j.0.fused").parallel("B_pack.d1.o")
+    s = s.fuse("C.i.0", "C.j.0").parallel("C.i_j_fused").parallel("B_pack.d1.o")
     return s
 
 
@@ -173,7 +173,7 @@ def _register_tile(packs: bool, M=37, N=45, K=29, fused: bool = False):
         s = s.pack("A", {1: 6}, order=["1.o", "0", "1.i"]).pack("B", {1: 16}, order=["1.o", "0", "1.i"])
     s = s.cache_write("C").tile(["C.i", "C.j"], [6, 16])
     if fused:   # tile starts (f // 3) * 6 and (f % 3) * 16 of one parallel loop, as the space makes them
-        s = s.fuse("C.i.0", "C.j.0").parallel("C.i.0.j.0.fused").compute_at("C_local", "C.i.0.j.0.fused")
+        s = s.fuse("C.i.0", "C.j.0").parallel("C.i_j_fused").compute_at("C_local", "C.i_j_fused")
     else:
         s = s.compute_at("C_local", "C.j.0")
     s = s.reorder("C_local.k", "C_local.i", "C_local.j").unroll("C_local.i").vectorize("C_local.j")

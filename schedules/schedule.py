@@ -22,7 +22,8 @@ from schedules.errors import DecisionError, RFactorError, ScheduleError, Unknown
 from schedules.state import StageGraph
 from tensorir.te import AxisKind
 
-from .primitives import PRIMITIVES, SIGNATURES, check_instruction, get_stage, show
+from .arguments import SIGNATURES, check_instruction, show
+from .primitives import PRIMITIVES, get_stage
 
 TRACE_VERSION = 1
 

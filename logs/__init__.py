@@ -8,12 +8,12 @@ from .database import LOCK_TIMEOUT_SECONDS, LogError, LogWarning, TuningLog
 from .lookup import MATCHES, Lookup, clear_cache, find_best
 from .paths import default_log_path, default_log_paths, pretuned_dir
 from .reader import ReadResult
-from .record import (ERROR_KINDS, FORMAT_VERSION, RecordError, RecordVersionError,
+from .record import (ERROR_KINDS, FORMAT_VERSION, ErrorKind, RecordError, RecordVersionError,
                      TuningRecord, describe_target, installed_version, target_key,
                      utc_now, workload_label)
 
 __all__ = [
-    "ERROR_KINDS", "FORMAT_VERSION", "LOCK_TIMEOUT_SECONDS", "MATCHES",
+    "ERROR_KINDS", "ErrorKind", "FORMAT_VERSION", "LOCK_TIMEOUT_SECONDS", "MATCHES",
     "LogError", "LogWarning", "Lookup", "ReadResult", "RecordError", "RecordVersionError",
     "TuningLog", "TuningRecord",
     "clear_cache", "default_log_path", "default_log_paths", "describe_target", "find_best",

@@ -23,6 +23,7 @@ later tensortune can add optional fields without breaking older readers.
 """
 from __future__ import annotations
 
+import enum
 import json
 import math
 import statistics
@@ -34,8 +35,22 @@ from typing import Any, Mapping
 FORMAT_VERSION = 1
 """Version of the JSON line format written by this tensortune."""
 
-ERROR_KINDS = ("schedule", "lower", "compile", "runtime", "crash", "timeout",
-               "wrong_answer", "memory")
+class ErrorKind(str, enum.Enum):
+    """Why a measurement failed: the step it failed at (a ``str``, so logs store its value)."""
+    SCHEDULE = "schedule"          # the trace does not replay
+    LOWER = "lower"                # it replays but does not lower
+    COMPILE = "compile"            # code generation, LLVM or the JIT link failed
+    RUNTIME = "runtime"            # the kernel call raised or the runner could not start
+    CRASH = "crash"                # the runner process died (a signal)
+    TIMEOUT = "timeout"            # compile or run exceeded the budget
+    WRONG_ANSWER = "wrong_answer"  # outputs differ from the numpy reference
+    MEMORY = "memory"              # buffers too large to allocate
+
+    def __str__(self) -> str:
+        return self.value
+
+
+ERROR_KINDS = tuple(k.value for k in ErrorKind)
 """Allowed values of :attr:`TuningRecord.error_kind` (besides ``None``)."""
 
 # Fields a JSON line must carry; the others (decisions, error_msg, flops) default.
@@ -269,9 +284,10 @@ class TuningRecord:
         if isinstance(self.costs, (str, bytes)) or not isinstance(self.costs, (list, tuple)):
             raise _fail("costs", "a list of seconds", self.costs)
         object.__setattr__(self, "costs", tuple(_seconds("costs", c) for c in self.costs))
-        if self.error_kind is not None and self.error_kind not in ERROR_KINDS:
-            raise _fail("error_kind", f"null or one of {', '.join(ERROR_KINDS)}",
-                        self.error_kind)
+        if self.error_kind is not None:
+            if self.error_kind not in ERROR_KINDS:
+                raise _fail("error_kind", f"null or one of {', '.join(ERROR_KINDS)}", self.error_kind)
+            object.__setattr__(self, "error_kind", ErrorKind(self.error_kind))
         if self.error_kind is None and not self.costs:
             raise RecordError("field 'costs': a successful record (error_kind null) "
                               "needs at least one cost")

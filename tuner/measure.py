@@ -72,6 +72,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait as _wait_any
 
+from logs.record import ErrorKind
 from schedules.errors import ScheduleError
 from tensorir.tir.ir import Allocate, PrimFunc, walk_stmts
 
@@ -226,15 +227,15 @@ def replay_and_lower(replay) -> tuple:
     try:
         sch = replay()
     except ScheduleError as err:
-        return None, None, _fail("schedule", err)
+        return None, None, _fail(ErrorKind.SCHEDULE, err)
     except Exception as err:  # noqa: BLE001 - a bug in a primitive still only sinks this candidate
-        return None, None, _fail("schedule", f"{type(err).__name__}: {err}")
+        return None, None, _fail(ErrorKind.SCHEDULE, f"{type(err).__name__}: {err}")
     try:
         return sch, sch.lower(), None
     except ScheduleError as err:
-        return sch, None, _fail("lower", err)
+        return sch, None, _fail(ErrorKind.LOWER, err)
     except Exception as err:  # noqa: BLE001
-        return sch, None, _fail("lower", f"{type(err).__name__}: {err}")
+        return sch, None, _fail(ErrorKind.LOWER, f"{type(err).__name__}: {err}")
 
 
 def prepare(tensors, candidate) -> PrimFunc | MeasureResult:
@@ -260,7 +261,7 @@ def prepare(tensors, candidate) -> PrimFunc | MeasureResult:
         func = candidate
     else:
         if not isinstance(candidate, (dict, str, Schedule)):
-            return _fail("schedule", f"cannot measure a {type(candidate).__name__}; expected a Schedule, "
+            return _fail(ErrorKind.SCHEDULE, f"cannot measure a {type(candidate).__name__}; expected a Schedule, "
                          "a trace dict or JSON text, or a PrimFunc")
         _, func, failure = replay_and_lower(
             lambda: candidate if isinstance(candidate, Schedule) else Schedule.from_json(tensors, candidate))
@@ -269,7 +270,7 @@ def prepare(tensors, candidate) -> PrimFunc | MeasureResult:
     want = [(tuple(t.shape), t.dtype) for t in tensors]
     got = [(tuple(b.shape), b.dtype) for b in func.params]
     if want != got:
-        return _fail("lower", f"kernel parameters {got} do not match the workload's tensors {want}", func)
+        return _fail(ErrorKind.LOWER, f"kernel parameters {got} do not match the workload's tensors {want}", func)
     return func
 
 
@@ -398,7 +399,7 @@ class Measurer:
                 else:
                     waiting.setdefault(func, []).append(i)
             except Exception as err:  # noqa: BLE001 - e.g. a hand-made PrimFunc holding unhashable parts
-                results[i] = _fail("lower", f"malformed PrimFunc: {type(err).__name__}: {err}")
+                results[i] = _fail(ErrorKind.LOWER, f"malformed PrimFunc: {type(err).__name__}: {err}")
         self._before_timing = before_timing
         self._screen = screen
         try:
@@ -407,7 +408,7 @@ class Measurer:
             msg = f"internal measurer error: {type(err).__name__}: {err}"
             for i, r in enumerate(results):
                 if not isinstance(r, MeasureResult):
-                    results[i] = _fail("runtime", msg, r)
+                    results[i] = _fail(ErrorKind.RUNTIME, msg, r)
             self._reset_workers()
         return results
 
@@ -457,12 +458,12 @@ class Measurer:
                     del building[b]
                     b.restart()
                     for i in waiting.pop(func, []):
-                        results[i] = _fail("timeout", f"compilation took longer than timeout_s={cfg.timeout_s:g}",
+                        results[i] = _fail(ErrorKind.TIMEOUT, f"compilation took longer than timeout_s={cfg.timeout_s:g}",
                                            func, compile_seconds=cfg.timeout_s)
             if running is not None and now >= running[1]:
                 i, _, t_sent, compile_s, slow = running
                 self._runner.kill()
-                results[i] = _fail("timeout", f"the kernel did not finish within {now - t_sent:.3g} s and was killed"
+                results[i] = _fail(ErrorKind.TIMEOUT, f"the kernel did not finish within {now - t_sent:.3g} s and was killed"
                                    + self._not_a_contender(slow), results[i], compile_seconds=compile_s,
                                    run_seconds=now - t_sent)
                 running = None
@@ -472,7 +473,7 @@ class Measurer:
             _, reply = b.recv(0)
         except W.WorkerDied as err:
             b.start()
-            reply = {"error_kind": "compile", "error_msg": f"code generation crashed: {err}"}
+            reply = {"error_kind": ErrorKind.COMPILE, "error_msg": f"code generation crashed: {err}"}
         indices = waiting.pop(func, [])
         if reply.get("error_kind"):
             for i in indices:
@@ -492,7 +493,7 @@ class Measurer:
                 self._runner.restart()
             self._runner.wait_ready()
         except (W.WorkerDied, TimeoutError) as err:
-            results[i] = _fail("runtime", f"could not start the runner process: {err}", func)
+            results[i] = _fail(ErrorKind.RUNTIME, f"could not start the runner process: {err}", func)
             return None
         budget = max(0.05, self.config.timeout_s - compile_s)
         screen = self.config.screen if self._screen else None
@@ -518,7 +519,7 @@ class Measurer:
         try:
             _, reply = self._runner.recv(0)
         except W.WorkerDied as err:
-            kind, msg = "crash", f"the kernel crashed: {err}"
+            kind, msg = ErrorKind.CRASH, f"the kernel crashed: {err}"
             limit, need = self.config.memory_limit_mb, allocated_bytes(func)
             if limit and need > limit * 2 ** 20 // 2:
                 # aligned_alloc returned NULL under RLIMIT_AS and the kernel wrote through it
@@ -529,7 +530,7 @@ class Measurer:
         compile_s += reply.get("link_seconds", 0.0)
         run_s = reply.get("run_seconds", time.monotonic() - t_sent)
         if reply.get("error_kind"):
-            msg = reply["error_msg"] + (self._not_a_contender(slow) if reply["error_kind"] == "timeout" else "")
+            msg = reply["error_msg"] + (self._not_a_contender(slow) if reply["error_kind"] == ErrorKind.TIMEOUT else "")
             results[i] = _fail(reply["error_kind"], msg, func, compile_seconds=compile_s, run_seconds=run_s)
         else:
             results[i] = MeasureResult(costs=list(reply["costs"]), compile_seconds=compile_s, run_seconds=run_s,

@@ -23,6 +23,8 @@ import subprocess
 import sys
 import time
 
+from logs.record import ErrorKind
+
 INIT_TIMEOUT_S = 120.0
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -218,14 +220,14 @@ def builder_main(conn, init: dict) -> None:
     def build_one(payload):
         t0 = time.perf_counter()
         if setup_error:
-            return ("result", {"error_kind": "compile", "error_msg": setup_error})
+            return ("result", {"error_kind": ErrorKind.COMPILE, "error_msg": setup_error})
         try:
             obj, omp = compile_object(payload)
             return ("result", {"object": obj, "uses_openmp": omp, "compile_seconds": time.perf_counter() - t0})
         except MemoryError as err:
             return _error_reply("memory", err, "out of memory while compiling: ")
         except BaseException as err:  # noqa: BLE001 - codegen/LLVM errors of any type are "compile"
-            return _error_reply("compile", err)
+            return _error_reply(ErrorKind.COMPILE, err)
 
     _serve(conn, build_one)
 
@@ -344,7 +346,7 @@ class _Runner:
         try:
             tracker, address = self.runtime.jit_link(job["object"], func.name, need_omp=job["uses_openmp"])
         except BaseException as err:  # noqa: BLE001
-            return _error_reply("compile", err, "JIT link failed: ")[1]
+            return _error_reply(ErrorKind.COMPILE, err, "JIT link failed: ")[1]
         link_s = time.perf_counter() - t_start
         proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * len(self.ptrs)), ctypes.c_int32)
         cfunc = proto(address)
@@ -367,13 +369,13 @@ class _Runner:
         if cfg["check"]:
             problem = self.check()
             if problem:
-                return {"error_kind": "wrong_answer", "error_msg": problem}
+                return {"error_kind": ErrorKind.WRONG_ANSWER, "error_msg": problem}
 
         def out_of_time(runs_left: float, per_run: float):
             spent = time.perf_counter() - t_start
             if spent + runs_left * per_run <= budget:
                 return None
-            return {"error_kind": "timeout",
+            return {"error_kind": ErrorKind.TIMEOUT,
                     "error_msg": f"one run takes {per_run:.3g} s; {cfg['repeat']} repeats of the measurement "
                                  f"do not fit in its budget of {budget:.3g} s (spent {spent:.2f} s)"}
 
@@ -445,7 +447,7 @@ def runner_main(conn, init: dict) -> None:
         except MemoryError as err:
             return _error_reply("memory", err)
         except BaseException as err:  # noqa: BLE001 - anything else is a runtime error of this candidate
-            return _error_reply("runtime", err)
+            return _error_reply(ErrorKind.RUNTIME, err)
 
     _serve(conn, run_one)
 

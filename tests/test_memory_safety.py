@@ -31,8 +31,7 @@ import pytest
 from schedules import Schedule
 from tensorir import te
 from tensorir.codegen.types import CodegenError
-from tensorir.runtime import (AllocationError, MemoryLimits, OutOfBoundsError, build, compile_func, load_library)
-from tensorir.runtime import safety
+from tensorir.runtime import AllocationError, MemoryLimits, OutOfBoundsError, build, compile_func, load_library, safety
 from tensorir.te.expr import Binary, BinOp, Const, Var
 from tensorir.tir.ir import Allocate, IfThenElse, PrimFunc, Scope, seq
 from tests.loopir import PARALLEL, VECTORIZED, buf, c, ld, loop, rand, st
@@ -61,13 +60,13 @@ def run_python(code: str, timeout: float = 240) -> str:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     proc = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(code)], capture_output=True,
-                          text=True, timeout=timeout, env=env, cwd=str(ROOT))
+                          text=True, timeout=timeout, env=env, cwd=str(ROOT), check=False)
     how = f"killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exit status {proc.returncode}"
     assert proc.returncode == 0, f"subprocess ended with {how}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     return proc.stdout
 
 
-def I(v):   # noqa: E743 - an int32 constant
+def I(v):   # an int32 constant
     return Const(v, "int32")
 
 
@@ -104,7 +103,7 @@ def huge(parallel=False):
 
 def huge_intermediate():
     ns = {}
-    exec(HUGE, ns)
+    exec(HUGE, ns)      # noqa: S102 - the same source the subprocesses run
     return ns["huge"]()
 
 
@@ -505,8 +504,8 @@ def two_halves(n=1_500_000_000):
 
 
 @pytest.mark.parametrize("func,pattern", [
-    ("huge_input", r"workload big\.py:huge_input\(\): input tensor 'A' \(80000x1000000 float32\) needs "
-                   r"320,000,000,000 bytes \(298\.0 GiB\), more than the 8\.0 GiB of memory available"),
+    ("huge_input", (r"workload big\.py:huge_input\(\): input tensor 'A' \(80000x1000000 float32\) needs "
+                    r"320,000,000,000 bytes \(298\.0 GiB\), more than the 8\.0 GiB of memory available")),
     ("huge_intermediate", r"intermediate tensor 'T' \(64x250000000 float32\) needs 64,000,000,000 bytes"),
     ("two_halves", r"its tensors need 12,000,000,000 bytes \(11\.2 GiB\) together"),
 ])
@@ -528,3 +527,20 @@ def test_cli_report_on_a_directory_says_so(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and err.strip() == (f"tensortune: error: tuning log {tmp_path} is a directory; --log takes "
                                          f"a log file (e.g. {tmp_path}/tuning.jsonl)")
+
+
+def test_cli_runner_that_cannot_start_is_one_line(tmp_path, capsys, monkeypatch):
+    """E.g. inputs that fit here but not under the runner's MeasureConfig.memory_limit_mb."""
+    from tuner import search
+    from tuner.cli import main
+    from tuner.worker import WorkerDied
+
+    def run(self):
+        raise WorkerDied("runner process failed to start: MemoryError: Unable to allocate 9.3 GiB\nfor an array")
+    monkeypatch.setattr(search.Tuner, "run", run)
+    code = main(["tune", "matmul", "M=8", "N=8", "K=8", "--trials", "1", "--quiet",
+                 "--log", str(tmp_path / "t.jsonl")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith("tensortune: error: cannot measure matmul(M=8, N=8, K=8): runner process failed to "
+                          "start: MemoryError: Unable to allocate 9.3 GiB | for an array"), err

@@ -252,7 +252,7 @@ class SiteTable:
             self.sites, self.checked = list(table["sites"]), bool(table["checked"])
             if self.checked:
                 self._oob = lookup(oob_symbol(name))
-        except Exception:  # noqa: BLE001 - a missing or foreign table leaves bare status numbers
+        except Exception:  # noqa: BLE001, S110 - a missing or foreign table leaves bare status numbers
             pass
 
     def error(self, status: int) -> Exception:

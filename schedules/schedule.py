@@ -375,9 +375,11 @@ class Schedule:
             err.nest = describe(self.state, err.stage, err.loop)
             raise
 
-    def build(self, name: str | None = None):
+    def build(self, name: str | None = None, checked: bool = False, memory=None):
+        """Lower and compile (:func:`tensorir.runtime.build`: ``checked=True`` checks every
+        access against its buffer's bounds; ``memory`` is a ``MemoryLimits``)."""
         from tensorir.runtime import build
-        return build(self.lower(name))
+        return build(self.lower(name), checked=checked, memory=memory)
 
     def to_json(self) -> dict:
         return {"version": TRACE_VERSION, "instructions": [i.to_json() for i in self.trace],

@@ -499,7 +499,7 @@ def test_host_target_and_libgomp():
 
 def test_kernel_introspection():
     k = build(add_func(16, VECTORIZED))
-    assert "define void @" in k.llvm_ir
+    assert "define i32 @" in k.llvm_ir
     assert k.func.name == k.name
     assert k.compile_seconds > 0
     asm = k.asm()

@@ -130,6 +130,8 @@ def cmd_tune(args) -> int:
     from .search import TuneConfig, Tuner
     from .spec import SpecError, WorkloadSpec
     from .study import StorageError
+    from .text import one_line
+    from .worker import WorkerDied
     if args.trials < 1:
         raise CLIError(f"--trials must be a positive integer, got {args.trials}")
     if args.threads is not None and args.threads < 1:
@@ -141,6 +143,7 @@ def cmd_tune(args) -> int:
     try:
         spec = WorkloadSpec.parse(args.workload, args.params)
         spec.tensors()
+        spec.check_memory()     # a tensor that cannot fit is one line here, not numpy's MemoryError later
     except SpecError as err:
         raise CLIError(str(err)) from None
     log_path = args.log or str(default_log_path())
@@ -174,6 +177,10 @@ def cmd_tune(args) -> int:
         raise CLIError(str(err)) from None
     except EvaluateError as err:   # the measurer computes the reference outputs first
         raise CLIError(f"cannot compute the reference outputs of {spec.label}: {err}") from None
+    except MemoryError as err:     # inputs or reference outputs beyond what check_memory could foresee
+        raise CLIError(f"out of memory preparing {spec.label}: {one_line(err)}") from None
+    except WorkerDied as err:      # e.g. the runner cannot hold the inputs under MeasureConfig.memory_limit_mb
+        raise CLIError(f"cannot measure {spec.label}: {one_line(err)}") from None
     finally:
         progress.close()
     out = {"workload": spec.name, "params": spec.params, "trials": result.trials, "resumed": result.resumed,
@@ -245,9 +252,11 @@ def cmd_report(args) -> int:
     from .spec import SpecError
     if args.top < 1:
         raise CLIError(f"--top must be a positive integer, got {args.top}")
-    missing = [p for p in args.log or [] if not os.path.isfile(p)]
-    if missing:
-        raise CLIError(f"tuning log {missing[0]} not found")
+    for path in args.log or []:
+        if os.path.isdir(path):
+            raise CLIError(f"tuning log {path} is a directory; --log takes a log file (e.g. {path}/tuning.jsonl)")
+        if not os.path.isfile(path):
+            raise CLIError(f"tuning log {path} not found")
     try:
         text = report(args.log, args.workload, args.params, top=args.top, show_nest=args.loop_nest)
     except SpecError as err:
@@ -306,6 +315,9 @@ def main(argv=None) -> int:
         return handlers[args.command](args)
     except CLIError as err:
         return _fail(str(err))
+    except MemoryError as err:   # e.g. a kernel's buffers refused when building (AllocationError): one line
+        from .text import one_line
+        return _fail(f"out of memory: {one_line(err)}")
     except BrokenPipeError:  # e.g. `tensortune workloads | head`
         sys.stderr.close()
         return 0

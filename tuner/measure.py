@@ -522,7 +522,7 @@ class Measurer:
             kind, msg = ErrorKind.CRASH, f"the kernel crashed: {err}"
             limit, need = self.config.memory_limit_mb, allocated_bytes(func)
             if limit and need > limit * 2 ** 20 // 2:
-                # aligned_alloc returned NULL under RLIMIT_AS and the kernel wrote through it
+                # (allocations are checked, see tensorir.codegen.safety: this is a crash near the limit)
                 kind = "memory"
                 msg += f"; it allocates {need / 2 ** 20:.0f} MiB, near memory_limit_mb={limit}"
             results[i] = _fail(kind, msg, func, compile_seconds=compile_s, run_seconds=time.monotonic() - t_sent)

@@ -344,6 +344,44 @@ class WorkloadSpec:
         ref, params = self._workload.reference_fn, dict(self.params)
         return lambda inputs: ref(inputs, **params)
 
+    def check_memory(self, available: tuple | None = None) -> None:
+        """Refuse a workload whose tensors cannot fit in memory, before any is allocated.
+
+        Tuning holds every input and output (and the reference computation
+        every intermediate stage) in memory at once.
+
+        Parameters
+        ----------
+        available : (int, str), optional
+            Bytes available and what they are (default:
+            :func:`tensorir.runtime.safety.available_memory`).
+
+        Raises
+        ------
+        SpecError
+            One line naming the tensor (or saying all of them together) and the bytes.
+        """
+        from tensorir.runtime.safety import available_memory, format_bytes, short_bytes
+        from tensorir.te.evaluate import topo_stages
+        limit, source = available if available is not None else available_memory()
+        if limit is None:
+            return
+        outputs = {id(t) for t in self.output_tensors()}
+        total = 0
+        for t in topo_stages(self.tensors()):
+            n = int(np.dtype(t.dtype).itemsize)
+            for d in t.shape:
+                n *= int(d)
+            total += n
+            if n > limit:
+                role = "input" if t.is_placeholder else "output" if id(t) in outputs else "intermediate"
+                raise SpecError(f"workload {self.label}: {role} tensor '{t.name}' "
+                                f"({'x'.join(map(str, t.shape))} {t.dtype}) needs {format_bytes(n)}, more than the "
+                                f"{short_bytes(limit)} of {source}")
+        if total > limit:
+            raise SpecError(f"workload {self.label}: its tensors need {format_bytes(total)} together (tuning holds "
+                            f"them at once), more than the {short_bytes(limit)} of {source}")
+
     def output_tensors(self) -> list:
         """The computed tensors of the workload list, in order."""
         return [t for t in self.tensors() if not t.is_placeholder]

@@ -210,6 +210,7 @@ def builder_main(conn, init: dict) -> None:
 
     A builder sends no ready message: jobs queue in its socket while it starts.
     """
+    from tensorir.runtime.safety import AllocationError
     setup_error = None
     try:
         _setup_child(init)
@@ -224,6 +225,8 @@ def builder_main(conn, init: dict) -> None:
         try:
             obj, omp = compile_object(payload)
             return ("result", {"object": obj, "uses_openmp": omp, "compile_seconds": time.perf_counter() - t0})
+        except AllocationError as err:     # refused: its buffers cannot fit (tensorir.runtime.safety)
+            return _error_reply("memory", err)
         except MemoryError as err:
             return _error_reply("memory", err, "out of memory while compiling: ")
         except BaseException as err:  # noqa: BLE001 - codegen/LLVM errors of any type are "compile"
@@ -328,9 +331,10 @@ class _Runner:
         self.flush = None
         if self.cfg["flush_cache"]:
             self.flush = np.zeros(cache_flush_bytes() // 8, dtype=np.int64)
-        from tensorir.runtime import jit, llvm
+        from tensorir.runtime import jit, llvm, safety
         llvm.target_machine()
         self.runtime = jit
+        self.safety = safety
 
     # ----------------------------------------------------------- correctness
     def check(self) -> str | None:
@@ -344,28 +348,42 @@ class _Runner:
         budget = job["budget_s"]
         func = job["func"]
         try:
-            tracker, address = self.runtime.jit_link(job["object"], func.name, need_omp=job["uses_openmp"])
+            tracker, address = self.runtime.jit_link(job["object"], func.name, need_omp=job["uses_openmp"],
+                                                     extra_symbols=self.safety.table_symbols(func.name))
         except BaseException as err:  # noqa: BLE001
             return _error_reply(ErrorKind.COMPILE, err, "JIT link failed: ")[1]
         link_s = time.perf_counter() - t_start
-        proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * len(self.ptrs)), ctypes.c_int32)
+        # The kernel returns a status: nonzero (an allocation failed) raises from _measure.
+        proto = ctypes.CFUNCTYPE(ctypes.c_int32, *([ctypes.c_void_p] * len(self.ptrs)), ctypes.c_int32)
         cfunc = proto(address)
         args = (*self.ptrs, self.threads)
+        sites = self.safety.SiteTable(func.name, tracker.__getitem__)   # (reads the table now)
         try:
-            result = self._measure(cfunc, args, budget, t_start, job.get("cutoff_s"))
+            result = self._measure(cfunc, args, budget, t_start, job.get("cutoff_s"), sites)
         finally:
             del cfunc, tracker  # frees the JIT code of this candidate
         result["link_seconds"] = link_s
         result["run_seconds"] = time.perf_counter() - t_start
         return result
 
-    def _measure(self, cfunc, args, budget: float, t_start: float, cutoff: float | None = None) -> dict:
+    def _measure(self, cfunc, args, budget: float, t_start: float, cutoff: float | None = None,
+                 sites=None) -> dict:
+        """Check and time one kernel.  A call that returns a nonzero status (a failed
+        allocation) raises its error: a failed call must not count as a fast one."""
         cfg = self.cfg
         for out in self.outputs:
             out.fill(self.np.iinfo(out.dtype).min if out.dtype.kind in "iu" else self.np.nan)
+
+        def failed(status):
+            if sites is None:
+                return RuntimeError(f"the kernel failed with status {status}")
+            return sites.error(status)
+
         t0 = time.perf_counter()
-        cfunc(*args)
+        status = cfunc(*args)
         first = time.perf_counter() - t0
+        if status:
+            raise failed(status)
         if cfg["check"]:
             problem = self.check()
             if problem:
@@ -386,6 +404,8 @@ class _Runner:
             number = int(cfg["number"])
         else:
             number, per_run = self._calibrate(cfunc, args, first, cfg["min_repeat_ms"] / 1000.0)
+            if per_run is None:
+                raise failed(number)
         # a candidate already slower than the cutoff is timed once (see the loop below)
         too_long = out_of_time((1 if cutoff is not None and per_run > cutoff else cfg["repeat"]) * number, per_run)
         if too_long:
@@ -397,10 +417,13 @@ class _Runner:
             for _ in range(cfg["repeat"]):
                 if self.flush is not None:
                     self.np.add(self.flush, 1, out=self.flush)
+                status = 0
                 t0 = time.perf_counter()
                 for _ in range(number):
-                    cfunc(*args)
+                    status = cfunc(*args) or status
                 dt = time.perf_counter() - t0
+                if status:
+                    raise failed(status)
                 costs.append(dt / number)
                 if len(costs) == 1 and cutoff is not None and costs[0] > cutoff:
                     break   # clearly slower than the best so far: one repeat is enough
@@ -414,16 +437,22 @@ class _Runner:
 
     @staticmethod
     def _calibrate(cfunc, args, first: float, min_repeat_s: float) -> tuple:
-        """Calls per repeat so one repeat lasts at least ``min_repeat_s`` (timeit's autorange)."""
+        """Calls per repeat so one repeat lasts at least ``min_repeat_s`` (timeit's autorange).
+
+        ``(status, None)`` if a call returned a nonzero status.
+        """
         if first >= min_repeat_s:
             return 1, first
         # The check run (cold) gives a first estimate; the loop corrects it.
         n = int(max(1, min(1 << 20, 0.25 * min_repeat_s / max(first, 1e-9))))
         while True:
+            status = 0
             t0 = time.perf_counter()
             for _ in range(n):
-                cfunc(*args)
+                status = cfunc(*args) or status
             dt = time.perf_counter() - t0
+            if status:
+                return status, None
             if dt >= 0.2 * min_repeat_s or n >= 1 << 24:
                 break
             n *= 10 if dt < 0.02 * min_repeat_s else 2

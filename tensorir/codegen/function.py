@@ -10,7 +10,6 @@ from llvmlite import ir
 
 from tensorir.te.expr import (COMPARE_OPS, FLOAT_DTYPES, Binary, BinOp, Cast, Const, Select, Unary, UnOp,
                    Var, children)
-from tensorir.tir.transform.promote import LOCAL_STACK_LIMIT
 from tensorir.tir.ir import Allocate, For, ForKind, IfThenElse, Load, PrimFunc, Scope, Seq, Store, walk_stmts
 from tensorir.codegen.types import (_ITEMSIZE, F32, F64, FP_FLAGS, I1, I32, I64, LLTYPE, PTR, VOID, CodegenError,
                          _is_scalar_const, _splat, scoped, type_suffix)
@@ -18,12 +17,12 @@ from tensorir.codegen.address import Addressing
 from tensorir.codegen.simd_math import vector_exp, vector_log, vector_tanh
 from tensorir.codegen.vector import VectorContext
 from tensorir.codegen.parallel import ParallelRegions
+from tensorir.codegen.safety import ALLOC_ALIGN, Safety, is_heap
 
 if TYPE_CHECKING:
     from tensorir.codegen.module import ModuleGen
 
 MAX_VECTOR_LANES = 256          # wider VECTORIZED loops become serial (LLVM may still vectorize)
-ALLOC_ALIGN = 64
 
 _ICMP = {BinOp.LT: "<", BinOp.LE: "<=", BinOp.GT: ">", BinOp.GE: ">=", BinOp.EQ: "==", BinOp.NE: "!="}
 _FLOAT_BINOPS = {BinOp.ADD: "fadd", BinOp.SUB: "fsub", BinOp.MUL: "fmul", BinOp.DIV: "fdiv"}
@@ -68,7 +67,7 @@ def is_nonnegative(e) -> bool:
 
 # ---------------------------------------------------------------- function generation
 
-class FunctionGen(Addressing, ParallelRegions):
+class FunctionGen(Addressing, ParallelRegions, Safety):
     """Emits statements and expressions into one LLVM function.
 
     ``vars`` maps loop-variable names to i32 values (constants when unrolled);
@@ -99,10 +98,15 @@ class FunctionGen(Addressing, ParallelRegions):
         self.stack_slots: dict = {}   # id -> entry-block alloca (defined before any anchor)
         self.vars64: dict = {}    # loop variable name -> its i64 counter
         self.buf_depth: dict = {}     # heap buffer -> first anchor index its pointer dominates
+        self.heap_live: list = []     # heap pointers of the enclosing Allocates (freed on failure)
+        self.status_flag = None       # worker: the region's i32 status (see tensorir.codegen.safety)
+        self.abort_block = None       # worker: where a thread resumes after a failure
 
     def emit_body(self, stmt) -> None:
+        """The kernel's body; it returns status 0 (failures return early, see :mod:`.safety`)."""
+        self.reset_oob()
         self.stmt(stmt)
-        self.b.ret_void()
+        self.b.ret(ir.Constant(I32, 0))
 
     # -------------------------------------------------------- helpers
     def block(self, label: str):
@@ -171,6 +175,7 @@ class FunctionGen(Addressing, ParallelRegions):
             self.vec.store(s)
             return
         value = self.expr(s.value)
+        self.check_access(s.buffer, s.indices, "store")
         self.b.store(value, self.address(s.buffer, s.indices), align=_ITEMSIZE[s.buffer.dtype])
 
     def loop(self, s: For) -> None:
@@ -263,18 +268,17 @@ class FunctionGen(Addressing, ParallelRegions):
         buf = s.buffer
         if buf.scope is Scope.PARAM:
             raise CodegenError(f"cannot allocate parameter buffer {buf.name!r}")
-        nbytes = max(buf.nbytes, 1)
-        heap = buf.scope is Scope.GLOBAL or nbytes > LOCAL_STACK_LIMIT
+        heap = is_heap(buf)
         if heap:
-            size = -(-nbytes // ALLOC_ALIGN) * ALLOC_ALIGN   # aligned_alloc wants a multiple
-            alloc = self.mod.declare("aligned_alloc", PTR, [I64, I64])
-            ptr = self.b.call(alloc, [ir.Constant(I64, ALLOC_ALIGN), ir.Constant(I64, size)])
+            ptr = self.heap_alloc(buf)      # checked: a NULL result fails the call
             self.buf_depth[buf] = len(self.anchors)     # loops opened from here on may hoist
+            self.heap_live.append(ptr)
         else:
             ptr = self.entry_alloca(ir.ArrayType(LLTYPE[buf.dtype], max(buf.size, 1)), ALLOC_ALIGN)
         with scoped(self.bufs, buf, ptr):
             self.stmt(s.body)
         if heap:
+            self.heap_live.pop()
             self.b.call(self.mod.declare("free", VOID, [PTR]), [ptr])
 
     # -------------------------------------------------------- vector plumbing
@@ -312,6 +316,7 @@ class FunctionGen(Addressing, ParallelRegions):
         if isinstance(e, Load):
             if self.vec is not None:
                 return self.vec.load(e)
+            self.check_access(e.buffer, e.indices, "load")
             return self.b.load(self.address(e.buffer, e.indices), typ=LLTYPE[e.dtype],
                                align=_ITEMSIZE[e.dtype])
         if not isinstance(e, (Binary, Unary, Cast, Select)):

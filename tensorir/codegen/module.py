@@ -1,7 +1,9 @@
 """Loop-nest IR -> LLVM IR, built with ``llvmlite.ir``.
 
-A :class:`~tensorir.tir.ir.PrimFunc` becomes ``void @name(ptr %p0, ..., i32 %num_threads)``
-with one pointer per parameter buffer (dense, row-major).  Loop kinds map as:
+A :class:`~tensorir.tir.ir.PrimFunc` becomes ``i32 @name(ptr %p0, ..., i32 %num_threads)``
+with one pointer per parameter buffer (dense, row-major), returning 0 or the number of the
+failure site (a heap allocation, or in checked builds an access out of bounds; see
+:mod:`tensorir.codegen.safety`).  Loop kinds map as:
 
 * ``SERIAL``: a counted loop (rotated, since every extent is a positive constant);
 * ``UNROLLED``: the body emitted ``extent`` times with the variable a constant;
@@ -25,6 +27,7 @@ import itertools
 from llvmlite import ir
 
 from tensorir.codegen.function import FunctionGen, ident
+from tensorir.codegen.safety import emit_tables
 from tensorir.codegen.types import I32, PTR, VOID, CodegenError
 from tensorir.target import Target
 from tensorir.te.expr import Binary, BinOp, Const, Var, children
@@ -33,7 +36,7 @@ from tensorir.tir.ir import PrimFunc, Scope
 from tensorir.tir.transform.promote import promote
 
 
-def codegen(func: PrimFunc, target: Target | None = None) -> ir.Module:
+def codegen(func: PrimFunc, target: Target | None = None, checked: bool = False) -> ir.Module:
     """Translate a lowered function into an LLVM module.
 
     Parameters
@@ -42,16 +45,20 @@ def codegen(func: PrimFunc, target: Target | None = None) -> ir.Module:
         The loop-nest function.  Its parameters must have scope PARAM.
     target : Target, optional
         The CPU the code is for (its vector width sets the vector chunk sizes); default: the host.
+    checked : bool
+        Check every load and store index against its buffer's extents (an
+        access out of bounds fails the call instead of touching memory).
 
     Returns
     -------
     llvmlite.ir.Module
-        A module defining ``void @<func.name>(ptr, ..., ptr, i32 num_threads)``
+        A module defining ``i32 @<func.name>(ptr, ..., ptr, i32 num_threads)`` (the status),
+        its site table and failure record (:mod:`tensorir.codegen.safety`)
         plus internal outlined parallel bodies.  ``str()`` gives LLVM IR text.
         ``module.uses_openmp`` tells whether it calls libgomp.
     """
-    gen = ModuleGen(func.name, target or Target.host())
-    fnty = ir.FunctionType(VOID, [PTR] * len(func.params) + [I32])
+    gen = ModuleGen(func.name, target or Target.host(), checked)
+    fnty = ir.FunctionType(I32, [PTR] * len(func.params) + [I32])
     fn = ir.Function(gen.module, fnty, func.name)
     fn.attributes.add("nounwind")
     fg = FunctionGen(gen, fn, in_parallel=False)
@@ -65,6 +72,7 @@ def codegen(func: PrimFunc, target: Target | None = None) -> ir.Module:
     fn.args[-1].name = "num_threads"
     fg.num_threads = fn.args[-1]
     fg.emit_body(promote(func.body))
+    emit_tables(gen)
     gen.module.uses_openmp = "GOMP_parallel" in gen.module.globals
     return gen.module
 
@@ -94,9 +102,11 @@ def _unsafe_node(n) -> bool:
 class ModuleGen:
     """Module-wide state: the llvmlite module, declarations, outlined names."""
 
-    def __init__(self, name: str, target: Target):
+    def __init__(self, name: str, target: Target, checked: bool = False):
         self.name = name
         self.target = target
+        self.checked = checked      # bounds-checked loads and stores
+        self.sites = {}             # failure site description (JSON) -> status number
         self.module = ir.Module(name=ident(name))
         self._memo = {}     # (query, id(node)) -> (answer, node): linear-time IR queries
         self._outlined = itertools.count()

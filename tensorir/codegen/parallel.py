@@ -57,6 +57,9 @@ class ParallelRegions:
         var_names = [n for n in bound if n not in consts]
         types = [PTR] * len(bufs) + [I32] * len(var_names)
         values = [self.bufs[b] for b in bufs] + [bound[n] for n in var_names]
+        flag = self.region_status(loops)     # where a failing thread reports (None: cannot fail)
+        if flag is not None:
+            types, values = types + [PTR], values + [flag]
 
         # The worker's noalias pointer arguments keep the params' aliasing facts;
         # noinline because inlining it into the trampoline only costs compile time.
@@ -68,6 +71,8 @@ class ParallelRegions:
             wg.bufs[b] = arg
         wg.vars.update(zip(var_names, worker.args[len(bufs):]))
         wg.vars.update(consts)
+        if flag is not None:
+            wg.status_flag = worker.args[-1]
         wg.emit_partitioned(loops)
 
         # GOMP_parallel runs void(ptr data) on every thread: unpack the closure.
@@ -86,6 +91,7 @@ class ParallelRegions:
         positive = self.b.icmp_signed(">", self.num_threads, ir.Constant(I32, 0))
         nthreads = self.b.select(positive, self.num_threads, ir.Constant(I32, 0))   # 0: default
         self.b.call(gomp, [tramp, closure, nthreads, ir.Constant(I32, 0)])
+        self.region_done(flag)
 
     def emit_partitioned(self, loops: list) -> None:
         """Worker body: for each loop, this thread's static block of ``range(extent)``;
@@ -96,6 +102,7 @@ class ParallelRegions:
         for n, s in enumerate(loops):
             if n:
                 self.b.call(self.mod.declare("GOMP_barrier", VOID, []), [])
+            after = self.begin_partition(n)     # a failing thread resumes there (every thread meets every barrier)
             b = self.b
             # Balanced blocks: the first extent % nt threads take one extra iteration.
             extent = ir.Constant(I32, s.extent)
@@ -104,4 +111,5 @@ class ParallelRegions:
             start = b.add(b.mul(tid, q), b.select(extra, tid, r))
             end = b.add(b.add(start, q), b.zext(extra, I32))
             self.serial_loop(s.var.name, start, end, s.body)
+            self.end_partition(after)
         self.b.ret_void()

@@ -173,6 +173,7 @@ class VectorContext:
         fg = self.fg
         elt, align = LLTYPE[e.dtype], _ITEMSIZE[e.dtype]
         vty = ir.VectorType(elt, self.lanes)
+        fg.check_access(e.buffer, e.indices, "load")     # checked builds only: the enabled lanes
         kind, ptr = self.access(e.buffer, e.indices)
         align_c = ir.Constant(I32, align)
         if kind == "scalar":
@@ -199,6 +200,7 @@ class VectorContext:
         fg = self.fg
         elt, align = LLTYPE[s.buffer.dtype], _ITEMSIZE[s.buffer.dtype]
         value = fg.expr(s.value)
+        fg.check_access(s.buffer, s.indices, "store")    # checked builds only: the enabled lanes
         kind, ptr = self.access(s.buffer, s.indices)
         align_c = ir.Constant(I32, align)
         if kind == "scalar" and not isinstance(value.type, ir.VectorType):

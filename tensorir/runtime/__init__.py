@@ -2,3 +2,4 @@
 compilation with a cache (``compile``) and the kernel object (``kernel``)."""
 from tensorir.runtime.compile import build, cache_info, clear_cache, compile_func, compile_module  # noqa: F401
 from tensorir.runtime.kernel import Kernel, ToolchainError, load_library  # noqa: F401
+from tensorir.runtime.safety import AllocationError, MemoryLimits, OutOfBoundsError  # noqa: F401

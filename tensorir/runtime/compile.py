@@ -16,6 +16,7 @@ from tensorir.codegen import codegen
 from tensorir.runtime import llvm as runtime
 from tensorir.runtime.jit import jit_link
 from tensorir.runtime.kernel import Kernel
+from tensorir.runtime.safety import MemoryLimits, check_index_range, check_memory, table_symbols
 from tensorir.target import Target
 from tensorir.tir.ir import For, ForKind, PrimFunc, walk_stmts
 
@@ -27,7 +28,8 @@ _cache_lock = threading.Lock()
 _stats = {"hits": 0, "misses": 0}
 
 
-def build(obj: PrimFunc, name: str | None = None, target: Target | None = None) -> Kernel:
+def build(obj: PrimFunc, name: str | None = None, target: Target | None = None, checked: bool = False,
+          memory: MemoryLimits | None = None) -> Kernel:
     """Compile a function into a callable :class:`Kernel`.
 
     Parameters
@@ -38,12 +40,26 @@ def build(obj: PrimFunc, name: str | None = None, target: Target | None = None) 
         Rename the kernel symbol.
     target : Target, optional
         The CPU to compile for (default: the host).
+    checked : bool
+        Check every load and store index against its buffer's bounds: an
+        access out of bounds makes the call raise
+        :class:`~tensorir.runtime.safety.OutOfBoundsError` instead of touching
+        memory.  For debugging lowering and hand-written loop IR; slower, so
+        never used by the tuner.
+    memory : MemoryLimits, optional
+        What the kernel's heap buffers may need (default: the memory
+        available now); checked by every ``build``, the kernel cached or not.
 
     Returns
     -------
     Kernel
         Identical functions (structurally equal PrimFuncs) share one compiled
-        kernel through a bounded LRU cache.
+        kernel through a bounded LRU cache (checked and unchecked kernels apart).
+
+    Raises
+    ------
+    AllocationError
+        A heap buffer, or those allocated at the same time, exceed ``memory``.
     """
     if not isinstance(obj, PrimFunc):
         raise TypeError(f"build() compiles a lowered PrimFunc, got {type(obj).__name__} "
@@ -52,15 +68,19 @@ def build(obj: PrimFunc, name: str | None = None, target: Target | None = None) 
     if name is not None and name != func.name:
         func = dataclasses.replace(func, name=name)
     target = target or Target.host()
-    key = (func, target.cpu, target.features)
+    checked = bool(checked)
+    key = (func, target.cpu, target.features, checked)
     with _cache_lock:
         kernel = _cache.get(key)
         if kernel is not None:
             _cache.move_to_end(key)
             _stats["hits"] += 1
-            return kernel
-        _stats["misses"] += 1
-    kernel = compile_func(func, target=target)
+        else:
+            _stats["misses"] += 1
+    if kernel is not None:
+        check_memory(func, memory)
+        return kernel
+    kernel = compile_func(func, target=target, checked=checked, memory=memory)
     with _cache_lock:
         _cache[key] = kernel
         while len(_cache) > CACHE_SIZE:
@@ -70,7 +90,8 @@ def build(obj: PrimFunc, name: str | None = None, target: Target | None = None) 
 
 
 def compile_func(func: PrimFunc, opt: runtime.OptConfig = runtime.DEFAULT_OPT,
-                 target: Target | None = None) -> Kernel:
+                 target: Target | None = None, checked: bool = False,
+                 memory: MemoryLimits | None = None) -> Kernel:
     """Compile ``func`` without consulting the cache (see :func:`build`).
 
     Parameters
@@ -81,23 +102,33 @@ def compile_func(func: PrimFunc, opt: runtime.OptConfig = runtime.DEFAULT_OPT,
         LLVM pipeline settings.
     target : Target, optional
         The CPU to compile for (default: the host; the JIT runs only host code).
+    checked, memory
+        As for :func:`build`.
     """
     t0 = time.perf_counter()
-    mod, obj, uses_openmp = compile_module(func, opt, target)
+    mod, obj, uses_openmp = compile_module(func, opt, target, checked=checked, memory=memory)
     with runtime.LLVM_LOCK:
-        tracker, address = jit_link(obj, func.name, need_omp=uses_openmp)
+        tracker, address = jit_link(obj, func.name, need_omp=uses_openmp,
+                                    extra_symbols=table_symbols(func.name))
     return Kernel(func, address, keepalive=tracker, module=mod, object_code=obj,
-                  uses_openmp=uses_openmp, compile_seconds=time.perf_counter() - t0)
+                  uses_openmp=uses_openmp, compile_seconds=time.perf_counter() - t0,
+                  lookup=lambda symbol: tracker[symbol])
 
 
 def compile_module(func: PrimFunc, opt: runtime.OptConfig = runtime.DEFAULT_OPT,
-                   target: Target | None = None):
+                   target: Target | None = None, checked: bool = False,
+                   memory: MemoryLimits | None = None):
     """Loop IR -> optimized LLVM module and object image: ``(module, object bytes, uses_openmp)``.
 
     The one compilation pipeline: :func:`compile_func` links the object into
     this process; the tuner's builder processes send it to the runner instead.
+    ``checked`` and ``memory`` as for :func:`build`.  Refuses, before code generation, a
+    function whose heap buffers exceed ``memory`` (:class:`~tensorir.runtime.safety.AllocationError`)
+    or whose loops or buffers are too long for 32-bit indices (``CodegenError``).
     """
-    irmod = codegen(func, target or Target.host())
+    check_index_range(func)
+    check_memory(func, memory)
+    irmod = codegen(func, target or Target.host(), checked=checked)
     text = str(irmod)
     with runtime.LLVM_LOCK:
         mod = llvm.parse_assembly(text)

@@ -139,7 +139,7 @@ def _runtime_symbols(need_omp: bool) -> dict:
     return _state[key]
 
 
-def jit_link(obj: bytes, symbol: str, need_omp: bool = False):
+def jit_link(obj: bytes, symbol: str, need_omp: bool = False, extra_symbols=()):
     """Load an object image into the JIT and look up ``symbol``.
 
     Parameters
@@ -150,6 +150,9 @@ def jit_link(obj: bytes, symbol: str, need_omp: bool = False):
         The exported function to look up.
     need_omp : bool
         Whether the object calls libgomp (loaded on demand).
+    extra_symbols : iterable of str
+        Other symbols of the object to export (look them up as ``tracker[name]``),
+        e.g. a kernel's site table (:func:`tensorir.runtime.safety.table_symbols`).
 
     Returns
     -------
@@ -162,5 +165,7 @@ def jit_link(obj: bytes, symbol: str, need_omp: bool = False):
         for name, addr in _runtime_symbols(need_omp).items():
             builder.import_symbol(name, addr)
         builder.export_symbol(symbol)
+        for name in extra_symbols:
+            builder.export_symbol(name)
         tracker = builder.link(_jit(), f"tensortune_kernel_{next(_library_names)}")
         return tracker, tracker[symbol]

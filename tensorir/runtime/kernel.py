@@ -10,11 +10,13 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 
 import numpy as np
 
 from tensorir.runtime import llvm as runtime
 from tensorir.runtime.jit import libgomp_path
+from tensorir.runtime.safety import SiteTable
 from tensorir.target import Target
 from tensorir.tir.ir import PrimFunc, Store, walk_stmts
 
@@ -34,6 +36,29 @@ class _ParamSpec:
 class Kernel:
     """A compiled :class:`~tensorir.tir.ir.PrimFunc`, callable on numpy arrays.
 
+    A call raises :class:`~tensorir.runtime.safety.AllocationError` (a
+    ``MemoryError``) when a heap buffer of the kernel cannot be allocated, and
+    a checked kernel (``build(func, checked=True)``)
+    :class:`~tensorir.runtime.safety.OutOfBoundsError` (an ``IndexError``)
+    naming the buffer, the indices and the shape of an access out of bounds;
+    either way the outputs are incomplete and every buffer the kernel
+    allocated is freed.
+
+    C interface (object files and shared libraries): the kernel is
+    ``int32_t <name>(void *p0, ..., void *pN, int32_t num_threads)``, one
+    pointer per parameter in order (dense, row-major, C-contiguous, outputs
+    not overlapping any other argument; ``num_threads`` <= 0 means libgomp's
+    default).  It returns 0 on success, or k > 0: site k of the JSON table
+    exported as the NUL-terminated string ``<name>.tensortune_sites``
+    (``{"checked": ..., "sites": [{"kind": "alloc", "buffer", "scope",
+    "bytes", "shape", "dtype"} | {"kind": "load" | "store", "buffer", "shape"},
+    ...]}``) failed, and the kernel freed what it had allocated; a checked
+    kernel also writes ``[site, index, ...]`` of its first failing access to
+    ``int64_t <name>.tensortune_oob[32]`` (so calls of one checked kernel
+    take turns).  Kernels were ``void`` before the status was added: callers
+    of older exported libraries must check the status now.
+    :func:`tensorir.runtime.safety.SiteTable` decodes it.
+
     Attributes
     ----------
     func : PrimFunc
@@ -44,11 +69,14 @@ class Kernel:
         Threads used by parallel loops (default: the usable cores).
     compile_seconds : float
         Wall time of codegen + optimization + machine code + JIT link.
+    checked : bool
+        Whether every load and store is checked against its buffer's bounds.
     """
 
     def __init__(self, func: PrimFunc, address: int, *, keepalive=None, module=None,
                  object_code: bytes | None = None, uses_openmp: bool = False,
-                 compile_seconds: float = 0.0):
+                 compile_seconds: float = 0.0, lookup=None):
+        # lookup(symbol) -> address in the loaded code: finds the site table (see above)
         self.func = func
         self.name = func.name
         self.compile_seconds = compile_seconds
@@ -62,8 +90,12 @@ class Kernel:
         outputs = {s.buffer for s in walk_stmts(func.body) if isinstance(s, Store)}
         self._specs = tuple(_ParamSpec(b.name, np.dtype(b.dtype), tuple(b.shape), b in outputs)
                             for b in func.params)
-        proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * len(func.params)), ctypes.c_int32)
+        proto = ctypes.CFUNCTYPE(ctypes.c_int32, *([ctypes.c_void_p] * len(func.params)), ctypes.c_int32)
         self._cfunc = proto(address)
+        self._sites = SiteTable(self.name, lookup or _no_symbols)
+        self.checked = self._sites.checked
+        # a checked kernel's failure record is one per kernel: its calls take turns
+        self._lock = threading.Lock() if self.checked else None
 
     # -------------------------------------------------------- properties
     @property
@@ -127,9 +159,28 @@ class Kernel:
         return ptrs
 
     def __call__(self, *arrays) -> None:
-        """Run the kernel on ``arrays`` (parameter order); outputs are written in place."""
+        """Run the kernel on ``arrays`` (parameter order); outputs are written in place.
+
+        Raises
+        ------
+        AllocationError
+            A heap buffer of the kernel could not be allocated.
+        OutOfBoundsError
+            Checked kernels: an access out of its buffer's bounds (not executed).
+        """
         ptrs = self._check(arrays)
-        self._cfunc(*ptrs, self._threads)
+        self._run(ptrs, self._threads)
+
+    def _run(self, ptrs, threads: int) -> None:
+        if self._lock is None:
+            status = self._cfunc(*ptrs, threads)
+            if status:
+                raise self._sites.error(status)
+            return
+        with self._lock:
+            status = self._cfunc(*ptrs, threads)
+            if status:
+                raise self._sites.error(status)
 
     def bind(self, *arrays):
         """A no-argument callable that runs the kernel on ``arrays``, checked once, now.
@@ -139,18 +190,23 @@ class Kernel:
         keeps the arrays alive; it uses the thread count set at bind time.
         """
         ptrs = self._check(arrays)
-        cfunc, threads = self._cfunc, self._threads
+        cfunc, threads, sites = self._cfunc, self._threads, self._sites
+        if self._lock is not None:
+            return lambda _keep=arrays: self._run(ptrs, threads)
 
         def run(_keep=arrays):
-            cfunc(*ptrs, threads)
+            status = cfunc(*ptrs, threads)
+            if status:
+                raise sites.error(status)
         return run
 
     # -------------------------------------------------------- export
     def export_object(self, path) -> None:
         """Write the kernel as an ELF relocatable object file (PIC).
 
-        The object defines ``void <name>(void *p0, ..., void *pN, int num_threads)``
-        and, for parallel kernels, needs libgomp at link time.
+        The object defines ``int32_t <name>(void *p0, ..., void *pN, int32_t num_threads)``,
+        which returns a status (0: success; see the class docstring), and its
+        site table; parallel kernels need libgomp at link time.
         """
         if self._object is None:
             raise RuntimeError(f"kernel '{self.name}' has no object code (loaded from a library)")
@@ -202,4 +258,12 @@ def load_library(path, func: PrimFunc) -> Kernel:
     except AttributeError:
         raise ValueError(f"library '{path}' does not define kernel '{func.name}'") from None
     address = ctypes.cast(sym, ctypes.c_void_p).value
-    return Kernel(func, address, keepalive=lib)
+
+    def lookup(symbol):
+        return ctypes.cast(lib[symbol], ctypes.c_void_p).value
+    return Kernel(func, address, keepalive=lib, lookup=lookup)
+
+
+def _no_symbols(symbol):
+    raise KeyError(symbol)
+

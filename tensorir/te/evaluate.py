@@ -14,7 +14,7 @@ results are accumulated.
 
 >>> import numpy as np
 >>> from tensorir import ops
->>> from tensorir.evaluate import evaluate, count_flops
+>>> from tensorir.te.evaluate import evaluate, count_flops
 >>> a, b = np.ones((4, 3), np.float32), np.ones((3, 5), np.float32)
 >>> [c] = evaluate(ops.matmul(4, 5, 3), [a, b])
 >>> float(c[0, 0]), count_flops(ops.matmul(4, 5, 3))

@@ -481,10 +481,14 @@ class Drawer:
     """Draws calls against the schedule as it is now.  ``rnd``: a ``random.Random`` (or alike)."""
 
     def __init__(self, rnd, allow_huge: bool = False, p_bad: float = 0.12, p_json: float = 0.07,
-                 p_revert: float = 0.05):
+                 p_revert: float = 0.05, avoid_known: bool = False):
         self.rnd = rnd
         self.allow_huge = allow_huge
+        # avoid_known: no arguments that trigger the known findings (KNOWN_TRIGGERS), to look past them
+        self.avoid_known = avoid_known
         self.p_bad, self.p_json, self.p_revert = p_bad, p_json, p_revert
+        self.p_recipe = 0.2
+        self.plan: list = []             # calls a recipe queued for the next draws
         self.counter = 0
 
     # ------------------------------------------------------------ helpers
@@ -503,7 +507,7 @@ class Drawer:
         if r < 0.30:
             f = self.rnd.randint(1, ext + 2)
         elif r < 0.45:
-            f = self.pick([d for d in range(1, ext + 1) if ext % d == 0])
+            f = self.pick(_divisors(ext))
         elif r < 0.50:
             f = 1
         elif r < 0.60:
@@ -514,7 +518,7 @@ class Drawer:
             f = 10 ** 9
         else:
             f = self.pick([2, 4, 8, 16, 32, 64])
-        if wrap and self.chance(0.12):
+        if wrap and not self.avoid_known and self.chance(0.12):
             f = self.pick([np.int64, np.int32])(f)
         return f
 
@@ -539,7 +543,14 @@ class Drawer:
 
     # ------------------------------------------------------------- draw
     def draw(self, s: Schedule, outputs: set, shapes: dict) -> dict:
+        if self.plan:
+            return self.plan.pop(0)
         table = self.state(s)
+        if table and self.chance(self.p_recipe):
+            plan = self.recipe(s, table, outputs)
+            if plan:
+                self.plan = plan[1:]
+                return plan[0]
         r = self.rnd.random()
         if r < self.p_revert:
             return {"op": "$revert"}
@@ -557,6 +568,76 @@ class Drawer:
         if not table:
             return call("compute_root", self.pick(list(shapes) or ["nosuch"]))
         return getattr(self, f"draw_{kind}")(s, table, outputs, shapes, bad)
+
+    # ------------------------------------------------------------ recipes
+    def recipe(self, s, table, outputs) -> list:
+        """A few calls that go together the way a user (or the tuner) writes them, with the loop names
+        the primitives will give (a mispredicted name is just a refused call)."""
+        kind = self.pick(["vec_inner", "vec_inner", "register_tile", "rfactor_vec", "inline_all", "attach",
+                          "parallel_outer"])
+        stage = self.pick(list(table))
+        loops = [lp for lp, _, _ in table[stage]]
+        spatial = [lp for lp, _, red in table[stage] if red is not True]
+        inter = [st for st in table if st not in outputs]
+        if kind == "vec_inner" and spatial:
+            lp = spatial[-1]
+            plan = []
+            if lp != loops[-1]:
+                plan.append(call("reorder", *[x for x in loops if x != lp], lp))
+            f = self.pick([2, 3, 4, 5, 8, 16])
+            return plan + [call("split", lp, factor=f), call("vectorize", f"{lp}.1")]
+        if kind == "register_tile":
+            try:
+                axes, raxes = s.axes(stage), s.reduce_axes(stage)
+            except Exception:  # noqa: BLE001
+                return []
+            if len(axes) < 1:
+                return []
+            local = f"{stage}_local"
+            tiled = axes[-2:]
+            fs = [self.pick([1, 2, 3, 4, 6, 8]) if len(tiled) == 2 and n == 0 else self.pick([4, 8, 16])
+                  for n in range(len(tiled))]
+            plan = [call("cache_write", stage), call("tile", tiled, fs)]
+            plan.append(call("compute_at", local, f"{tiled[-1]}.0"))
+            lnames = [f"{local}.{a.split('.', 1)[1]}" for a in axes]
+            rnames = [f"{local}.{a.split('.', 1)[1]}" for a in raxes]
+            if rnames:
+                plan.append(call("reorder", *(lnames[:-len(tiled)] + rnames + lnames[-len(tiled):])))
+            plan.append(call("vectorize", lnames[-1]))
+            if len(tiled) == 2:
+                plan.append(call("unroll", lnames[-2]))
+            if len(axes) > len(tiled) and self.chance(0.5):
+                plan.append(call("parallel", axes[0]))
+            return plan
+        if kind == "rfactor_vec":
+            reds = []
+            for st in table:
+                try:
+                    if s.reduce_axes(st):
+                        reds.append(st)
+                except Exception:  # noqa: BLE001
+                    pass
+            if not reds:
+                return []
+            st = self.pick(reds)
+            ax = s.reduce_axes(st)[-1].split(".", 1)[1]
+            rf = f"{st}_rf"
+            f = self.pick([2, 3, 4, 8, 16])
+            plan = [call("rfactor", st, f), call("reorder", f"{rf}.{ax}_o", f"{rf}.{ax}_v"),
+                    call("vectorize", f"{rf}.{ax}_v")]
+            if self.chance(0.5):
+                plan.append(call("compute_at", rf, f"{st}.{s.loops(st)[0].split('.', 1)[1]}"))
+            return plan
+        if kind == "inline_all" and inter:
+            return [call("compute_inline", st) for st in reversed(inter)]
+        if kind == "attach" and inter:
+            p = self.pick(inter)
+            host = self.pick([st for st in table if st != p] or [stage])
+            hl = [lp for lp, _, _ in table[host]]
+            return [call("compute_at", p, self.pick(hl[:2]))]
+        if kind == "parallel_outer" and len(loops) >= 2:
+            return [call("fuse", loops[0], loops[1]), call("parallel", f"{loops[0]}.{loops[1].split('.', 1)[1]}.fused")]
+        return []
 
     def loop_of(self, table, stage=None, want=None):
         stage = stage or self.pick(list(table))
@@ -584,10 +665,18 @@ class Drawer:
         return stage
 
     def names_pair(self, table, stage):
+        pair = self._names_pair(table, stage)
+        if self.avoid_known and pair[0] == pair[1]:
+            pair = (pair[0], f"{pair[1]}_b")
+        return pair
+
+    def _names_pair(self, table, stage):
         r = self.rnd.random()
         if r < 0.65:
             return (self.fresh(), self.fresh())
         if r < 0.75:
+            if self.avoid_known:
+                return (self.fresh(), self.fresh())
             n = self.fresh()
             return (n, n)                                         # duplicate
         existing = [lp.split(".", 1)[1] for lp, _, _ in table.get(stage, [])] or ["i"]
@@ -630,8 +719,8 @@ class Drawer:
             elif r < 0.5:
                 kw = {}
             elif r < 0.75:
-                kw["names"] = self.pick([(self.fresh(),), (self.fresh(), self.fresh(), self.fresh()), "ab",
-                                         (3, 4), (None, None), self.fresh()])
+                kw["names"] = self.pick([(self.fresh(), self.fresh(), self.fresh()), "ab", (3, 4), self.fresh()]
+                                        + ([] if self.avoid_known else [(self.fresh(),), (None, None)]))
             else:
                 loop = self.bad_loop(table)
         return call("split", loop, **kw)
@@ -776,7 +865,9 @@ class Drawer:
         kw.update(self.out_name(s, table))
         if bad:
             r = self.rnd.random()
-            if r < 0.15:
+            if r < 0.3 and self.avoid_known:
+                splits = {0: self.bad_value()}
+            elif r < 0.15:
                 splits = [4]
             elif r < 0.3:
                 splits = {"a": 4}
@@ -821,7 +912,7 @@ class Drawer:
             elif r < 0.5:
                 kw["axis"] = ax
         f = self.rnd.randint(2, max(2, ext)) if self.chance(0.8) else self.pick([1, ext, ext + 1, 2])
-        if self.chance(0.1):
+        if self.chance(0.1) and not self.avoid_known:
             f = np.int64(f)
         kw.update(self.out_name(s, table))
         if bad:
@@ -844,7 +935,7 @@ class Drawer:
         stages = list(table) or ["Y"]
         loops = [lp for st in table for lp, _, _ in table[st]] or ["Y.i"]
         r = self.rnd.random()
-        if r < 0.15:
+        if r < 0.15 or self.avoid_known:
             pass                                                         # a clean round trip
         elif r < 0.25:
             obj["instructions"].append(self.pick([
@@ -891,6 +982,11 @@ class Drawer:
                              {"instructions": [None]}, {"instructions": [[]]}, "not json",
                              json.dumps(obj)[:-3], json.dumps(obj), None, 3])
         return call("from_json", obj)
+
+
+def _divisors(n: int) -> list:
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
 
 
 def _reduce_flags(s: Schedule) -> dict:
@@ -1178,7 +1274,8 @@ def _finish(run: Run, *, run_kernel: bool, max_bytes, checked, seed, hook=None) 
                       out.lowered if out else None, list(run.results))
 
 
-def run_case(workload_name: str, rnd, *, allow_huge: bool = False, min_calls: int = 3, max_calls: int = 12,
+def run_case(workload_name: str, rnd, *, allow_huge: bool = False, avoid_known: bool = False,
+             min_calls: int = 3, max_calls: int = 12,
              run_kernel: bool = True, max_bytes: int | None = IN_PROCESS_MAX_BYTES, checked: bool | None = None,
              seed=None, hook=None) -> CaseResult:
     """Draw 3-12 calls on a fresh schedule of the workload, then check the result.
@@ -1188,8 +1285,10 @@ def run_case(workload_name: str, rnd, *, allow_huge: bool = False, min_calls: in
     that a crash or a hang is attributed to the right call).
     """
     wl = WORKLOADS[workload_name]
+    if hook is not None:
+        hook("workload", workload_name)
     run = Run(wl)
-    drawer = Drawer(rnd, allow_huge=allow_huge)
+    drawer = Drawer(rnd, allow_huge=allow_huge, avoid_known=avoid_known)
     outputs, shapes = _outputs(run.tensors), _shapes(run.tensors)
     for _ in range(rnd.randint(min_calls, max_calls)):
         try:

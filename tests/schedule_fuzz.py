@@ -23,7 +23,8 @@ Outcome categories (:data:`CATEGORIES`): ``ok`` and ``refused`` are fine, the ot
 - ``late_refusal``: a primitive was accepted, the schedule before it lowered, the one after it does
   not, and the lowering error blames an earlier primitive (e.g. ``compute_at``), i.e. the accepted
   primitive broke an invariant instead of refusing;
-- ``wrong``: the output differs from ``tensorir.evaluate.evaluate`` beyond the dtype's tolerance;
+- ``wrong``: the output differs from ``tensorir.evaluate.evaluate`` beyond the dtype's tolerance, or a
+  second call (outputs poisoned with other values) does not give the same bits;
 - ``oob``: the kernel wrote outside an array (every array sits in the middle of a bigger buffer
   filled with a sentinel) or changed an input;
 - ``replay_json`` / ``replay_python``: ``from_json(to_json())`` / ``exec(to_python())`` does not
@@ -1047,6 +1048,7 @@ SENTINEL = {"float32": np.array([0x7FA5A5A5], np.uint32).view(np.float32)[0],
             "float64": np.array([0x7FF5A5A5A5A5A5A5], np.uint64).view(np.float64)[0],
             "int32": np.int32(0x5A5A5A5A)}
 POISON = {"float32": np.float32(np.nan), "float64": np.float64(np.nan), "int32": np.int32(-0x3C3C3C3D)}
+POISON2 = {"float32": np.float32(-12345.5), "float64": np.float64(-12345.5), "int32": np.int32(0x1234567)}
 
 
 class Guarded:
@@ -1220,6 +1222,23 @@ def _run(workload, schedule, checked, seed, fail) -> None:
             idx = tuple(int(i) for i in np.argwhere(bad)[0])
             fail("wrong", f"{t.name}: {int(bad.sum())} of {bad.size} element(s) differ from the evaluator "
                  f"(first at {idx}: got {got[idx]!r}, want {ref[idx]!r})")
+    # A second call on outputs poisoned differently must give the same bits: no output element may
+    # depend on what was there before, nor on thread timing.
+    first = [g.array.copy() for g in gout]
+    for g, t in zip(gout, outs_t):
+        g.array[...] = POISON2[t.dtype]
+    try:
+        kernel(*[g.array for g in gin], *[g.array for g in gout])
+    except Exception as err:  # noqa: BLE001
+        fail("bad_error", f"second kernel call: {_describe_exc(err)}")
+        return
+    for g, f1, t in zip(gout, first, outs_t):
+        u = _uint(t.dtype)
+        differ = g.array.view(u) != f1.view(u)
+        if differ.any():
+            idx = tuple(int(i) for i in np.argwhere(differ)[0])
+            fail("wrong", f"{t.name}: a second call gives different values in {int(differ.sum())} element(s) "
+                 f"(first at {idx}: {f1[idx]!r} then {g.array[idx]!r})")
 
 
 def _diff(a: str, b: str, limit: int = 12) -> str:

@@ -73,10 +73,11 @@ def _worker_main(conn, mem_gb: float, log_path: str) -> None:
         try:
             if job["kind"] == "seeded":
                 res = F.seeded_case(job["seed"], job["index"], allow_huge=job["huge"],
-                                    avoid_known=job.get("avoid", False), max_bytes=None, hook=hook)
+                                    avoid_known=job.get("avoid", False), max_bytes=None, hook=hook,
+                                    checked=job.get("checked"))
             else:
                 res = F.replay_calls(job["workload"], job["calls"], max_bytes=None, hook=hook,
-                                     seed=job.get("seed"))
+                                     seed=job.get("seed"), checked=job.get("checked"))
             rec = res.record()
         except BaseException as err:  # noqa: BLE001 - the fuzzer itself failed: report it as such
             rec = {"workload": job.get("workload"), "category": "bad_error", "seed": job.get("seed"),
@@ -319,8 +320,9 @@ def _write_jsonl(path: Path, records) -> None:
 # ================================================================= main
 
 def fuzz(args) -> None:
-    from tests.schedule_fuzz import CATEGORIES, ACCEPTABLE
-    jobs = [{"kind": "seeded", "seed": args.seed, "index": i, "huge": not args.no_huge, "avoid": args.avoid_known}
+    from tests.schedule_fuzz import CATEGORIES, LONG_RUN_ACCEPTABLE as ACCEPTABLE
+    jobs = [{"kind": "seeded", "seed": args.seed, "index": i, "huge": not args.no_huge, "avoid": args.avoid_known,
+             "checked": args.checked or None}
             for i in range(args.schedules)]
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     out = Path(args.out) if args.out else RESULTS / f"fuzz-{stamp}-seed{args.seed}.jsonl"
@@ -362,7 +364,7 @@ def replay(args) -> None:
     chosen = [recs[i] for i in idx]
 
     def job(wl, calls, seed=None):
-        return {"kind": "calls", "workload": wl, "calls": calls, "seed": seed}
+        return {"kind": "calls", "workload": wl, "calls": calls, "seed": seed, "checked": args.checked or None}
 
     with Pool(args.workers, args.timeout, args.mem_gb) as pool:
         now = pool.run([job(r["workload"], r.get("calls") or [], r.get("seed")) for r in chosen], quiet=True)
@@ -418,6 +420,8 @@ def main(argv=None) -> int:
     ap.add_argument("--avoid-known", action="store_true",
                     help="draw no arguments that trigger the known findings (duplicate or None loop names, "
                          "numpy integers, known-bad pack/split/from_json arguments), to find others")
+    ap.add_argument("--checked", action="store_true",
+                    help="build with Schedule.build(checked=True) (bounds-checked code, once it exists)")
     ap.add_argument("--out", help="failing-cases file (default benchmarks/results/fuzz-<date>-seed<S>.jsonl)")
     ap.add_argument("--replay", help="re-run the cases of a failing-cases file")
     ap.add_argument("--index", type=int, help="with --replay: only this case (0-based line)")

@@ -30,7 +30,9 @@ Outcome categories (:data:`CATEGORIES`): ``ok`` and ``refused`` are fine, the ot
 - ``replay_json`` / ``replay_python``: ``from_json(to_json())`` / ``exec(to_python())`` does not
   rebuild the same loop nest;
 - ``too_big``: the loop nest allocates more than the in-process limit, so it was not run;
-- ``oom``: a clean ``MemoryError`` (one line) from build or the kernel (acceptable in the long run);
+- ``oom``: a clean one-line ``MemoryError`` from build or the kernel call: a failure in-process (where
+  nothing may allocate that much), accepted in the long run (``LONG_RUN_ACCEPTABLE``), whose huge
+  buffers may legitimately not fit under its memory limit;
 - ``crash`` / ``hang``: only the long run's worker processes can observe them.
 """
 from __future__ import annotations
@@ -56,6 +58,7 @@ CHECKED_BUILD = False
 CATEGORIES = ("ok", "refused", "oom", "too_big", "bad_error", "late_refusal", "wrong", "oob",
               "replay_json", "replay_python", "crash", "hang")
 ACCEPTABLE = frozenset({"ok", "refused"})
+LONG_RUN_ACCEPTABLE = ACCEPTABLE | {"oom"}
 # Worst first: a case's category is its worst finding.
 SEVERITY = ("crash", "hang", "oob", "wrong", "bad_error", "late_refusal", "replay_json", "replay_python",
             "too_big", "oom", "refused", "ok")

@@ -272,11 +272,16 @@ def test_finding_11_stage_names_with_a_dot_are_unaddressable():
     ("exp_rowsum_5x7", lambda s: s.compute_at("e", "r.i").pack("e", {1: 4})),
     ("exp_rowsum_5x7", lambda s: s.compute_at("e", "r.i").rfactor("r", 2)),
     ("exp_rowsum_5x7", lambda s: s.compute_at("e", "r.k").rfactor("r", 2)),
-], ids=["cache_write_spatial", "pack_attached_stage", "rfactor_spatial", "rfactor_reduce"])
+    ("exp_rowsum_5x7", lambda s: s.rfactor("r", 2).compute_at("r_rf", "r.i").rfactor("r", 2)),
+    ("stencil2d_13x31",
+     lambda s: s.pack("P", {1: 3}).compute_at("P_pack", "S.i").compute_at("P", "S.i").compute_root("P_pack")),
+], ids=["cache_write_spatial", "pack_attached_stage", "rfactor_spatial", "rfactor_reduce", "rfactor_twice",
+        "compute_root_consumer"])
 def test_finding_12_new_stages_break_earlier_compute_at(workload, make):
     """Finding 6 has siblings: cache_write of a consumer attached at a *spatial* loop, pack of a stage
-    that is computed at another stage (the pack at root reads it), and rfactor of a stage that
-    a producer is computed at.  Each is accepted; lower() then fails blaming compute_at."""
+    that is computed at another stage (the pack at root reads it), rfactor of a stage that a
+    producer is computed at, and compute_root of a consumer that a producer is computed inside of.
+    Each is accepted; lower() then fails blaming compute_at."""
     wl = F.WORKLOADS[workload]
     _accepted_then_right(wl, lambda: make(Schedule(wl.make())))
 
@@ -305,3 +310,35 @@ def test_finding_14_more_malformed_traces(instructions, decisions):
     wl, tensors, _ = _add1()
     _acceptable(wl, lambda: Schedule.from_json(tensors, {"version": 1, "instructions": instructions,
                                                          "decisions": decisions}))
+
+
+def test_finding_1c_from_json_duplicate_outputs():
+    """Finding 1 through a trace: a split instruction whose outputs repeat a name replays unchecked."""
+    wl, tensors, _ = _add1()
+    trace = {"version": 1, "instructions": [["split", ["Y.j"], {"factor": 3}, ["a", "a"]]]}
+    _acceptable(wl, lambda: Schedule.from_json(tensors, trace))
+
+
+def test_finding_15_non_string_stage_names():
+    """cache_write(name=3) is accepted; a later compute_at error then fails to format its own message
+    (TypeError: sequence item 0: expected str instance, int found)."""
+    wl = F.WORKLOADS["size1_reduce_1x7x1"]
+    _acceptable(wl, lambda: Schedule(wl.make()).cache_write("R", name=3).compute_at("T", "R.l"))
+
+
+def test_finding_16_to_python_of_a_pack_without_splits():
+    """from_json accepts a pack instruction without "splits" (a plain copy); to_python() then raises
+    KeyError('splits')."""
+    wl, tensors, _ = _add1()
+    _acceptable(wl, lambda: Schedule.from_json(tensors, {"version": 1, "instructions": [["pack", ["X"], {}, []]]}))
+
+
+def test_finding_17_loop_extents_beyond_int32():
+    """fuse gives a loop of 2 x 1.1e9 iterations (past int32); a split of it lowers a guard whose
+    constant 2200000000 does not fit: ExprError from lower().  Lowering only: nothing is allocated."""
+    tensors = F.WORKLOADS["huge_intermediate"].make()
+    try:
+        s = Schedule(tensors).fuse("T.i", "T.j").split("T.i.j.fused", factor=669728150)
+        s.lower()
+    except ScheduleError as err:
+        assert "\n" not in str(err).strip()

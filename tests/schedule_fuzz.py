@@ -37,11 +37,18 @@ Outcome categories (:data:`CATEGORIES`): ``ok`` and ``refused`` are fine, the ot
 """
 from __future__ import annotations
 
+import collections
 import json
 import math
+import multiprocessing as mp
+import os
 import random
 import re
+import sys
+import tempfile
+import time
 import traceback
+from multiprocessing.connection import wait
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -1058,10 +1065,11 @@ class Guarded:
     """An array that is a contiguous view in the middle of a bigger buffer filled with a sentinel.
 
     The view starts 16 bytes past a 64-byte boundary (as large numpy arrays do); ``guard`` bytes of
-    sentinel lie on each side.
+    sentinel lie on each side (64 KiB: the stray writes seen so far reached a few KiB; farther ones
+    may crash, which the worker processes count).
     """
 
-    def __init__(self, shape, dtype, guard: int = 4096 + 16):
+    def __init__(self, shape, dtype, guard: int = (64 << 10) + 16):
         dtype = np.dtype(dtype)
         n = int(np.prod(shape, dtype=np.int64))
         self.guard_elems = -(-guard // dtype.itemsize)
@@ -1271,12 +1279,19 @@ class CaseResult:
                 "findings": [f.as_dict() for f in self.findings]}
 
     def report(self) -> str:
-        lines = [f"{self.category} on {self.workload}: {self.message}", "",
-                 "reproduce (refused calls commented out):",
-                 reproducer(self.workload, self.calls, self.results, self.findings), "",
-                 "record (one line for benchmarks/fuzz_schedules.py --replay FILE):",
-                 json.dumps(self.record(), default=repr)]
-        return "\n".join(lines)
+        return record_report(self.record())
+
+
+def record_report(rec: dict) -> str:
+    """A failing case for humans: the message, Python that reproduces it, and its record line."""
+    lines = [f"{rec['category']} on {rec.get('workload')}: {rec.get('message', '')}", ""]
+    if rec.get("log_tail"):
+        lines += ["worker log:", rec["log_tail"], ""]
+    lines += ["reproduce (refused calls commented out):",
+              reproducer(rec.get("workload"), rec.get("calls") or [], rec.get("results"), rec.get("findings") or ()),
+              "", "record (one line for benchmarks/fuzz_schedules.py --replay FILE):",
+              json.dumps(rec, default=repr)]
+    return "\n".join(lines)
 
 
 def _finish(run: Run, *, run_kernel: bool, max_bytes, checked, seed, hook=None) -> CaseResult:
@@ -1354,6 +1369,8 @@ def reproducer(workload_name: str, calls: list, results: list | None = None, fin
 
     Without ``results`` (as :func:`replay_calls` records them) every call is written as code.
     """
+    findings = [f if isinstance(f, Finding) else Finding(f["category"], f["message"], f.get("call_index"))
+                for f in findings]
     failed = {f.call_index: f for f in findings if f.call_index is not None}
     lines = ["import numpy as np", "from schedules import Schedule, ScheduleError",
              "from tests.schedule_fuzz import WORKLOADS, all_tensors, check",
@@ -1397,3 +1414,233 @@ def minimize(workload_name: str, calls: list, category: str, still_fails: Callab
                 cur, changed = cand, True
             i -= 1
     return cur
+
+
+# ========================================================= worker processes
+
+# A crash (segfault) or a hang of a kernel must cost a worker process, not the caller: the long run
+# (benchmarks/fuzz_schedules.py) and the property test run cases in a Pool.
+CASES_PER_WORKER = 100          # a worker is replaced after this many cases (bounds memory growth)
+
+
+def _worker_main(conn, mem_gb: float, log_path: str) -> None:
+    """Run jobs from ``conn`` until told to stop; report progress before each step."""
+    import faulthandler
+    import resource
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
+    sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
+    faulthandler.enable(file=sys.stderr, all_threads=True)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))      # a crash must not spend minutes writing a core
+    if mem_gb > 0:
+        limit = int(mem_gb * (1 << 30))
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    F = sys.modules[__name__]
+
+    def hook(event, payload):
+        conn.send((event, payload))
+
+    while True:
+        job = conn.recv()
+        if job is None:
+            break
+        os.ftruncate(fd, 0)                    # the log keeps only this case's output (for crashes)
+        conn.send(("start", job))
+        try:
+            opts = {"max_bytes": job.get("max_bytes"), "checked": job.get("checked"), "hook": hook}
+            if job["kind"] == "seeded":
+                res = F.seeded_case(job["seed"], job["index"], allow_huge=job["huge"],
+                                    avoid_known=job.get("avoid", False), **opts)
+            elif job["kind"] == "case":
+                res = F.run_case(job["workload"], random.Random(job["seed"]), seed=job["seed"], **opts)
+            else:
+                res = F.replay_calls(job["workload"], job["calls"], seed=job.get("seed"), **opts)
+            rec = res.record()
+        except BaseException as err:  # noqa: BLE001 - the fuzzer itself failed: report it as such
+            rec = {"workload": job.get("workload"), "category": "bad_error", "seed": job.get("seed"),
+                   "message": f"fuzzer error: {F._describe_exc(err)}", "calls": [], "trace": None}
+        conn.send(("done", json.loads(json.dumps(rec, default=repr))))
+
+
+class Worker:
+    def __init__(self, ctx, mem_gb: float, logdir: str, n: int):
+        self.ctx, self.mem_gb, self.n = ctx, mem_gb, n
+        self.log = os.path.join(logdir, f"worker{n}.log")
+        self.proc = self.conn = None
+        self.job = None
+        self.count = 0
+        self.started = 0.0
+        self.progress: dict = {}
+        self.start()
+
+    def start(self):
+        parent, child = self.ctx.Pipe()
+        self.proc = self.ctx.Process(target=_worker_main, args=(child, self.mem_gb, self.log), daemon=True)
+        self.proc.start()
+        child.close()
+        self.conn = parent
+        self.job = None
+        self.count = 0
+
+    def restart(self):
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join(5)
+        self.conn.close()
+        self.start()
+
+    def retire(self):
+        """Replace an idle worker by a fresh one (bounds the memory a long run accumulates)."""
+        try:
+            self.conn.send(None)
+        except OSError:
+            pass
+        self.proc.join(10)
+        self.restart()
+
+    def submit(self, job):
+        if self.count >= CASES_PER_WORKER:
+            self.retire()
+        self.count += 1
+        self.job = job
+        self.started = time.monotonic()
+        seed = f"{job['seed']}:{job['index']}" if job["kind"] == "seeded" else job.get("seed")
+        self.progress = {"workload": job.get("workload"), "calls": [], "trace": None, "seed": seed}
+        self.conn.send(job)
+
+    def log_tail(self, n: int = 3000) -> str:
+        try:
+            with open(self.log, "rb") as f:
+                f.seek(0, 2)
+                size = f.tell()
+                f.seek(max(0, size - 200_000))
+                text = f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+        # the traceback faulthandler wrote, without LLVM's pass chatter
+        lines = [ln for ln in text.splitlines() if not ln.startswith("Skipping pass ")]
+        text = "\n".join(lines)
+        at = text.rfind("Fatal Python error")
+        return (text[at:] if at >= 0 else text)[-n:]
+
+
+def _signal_name(code) -> str:
+    import signal
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return signal.Signals(-code).name
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"
+
+
+def _crash_record(w: Worker, category: str, why: str) -> dict:
+    p = w.progress
+    tail = w.log_tail()
+    frames = re.findall(r'File "([^"]+)", line (\d+) in (\w+)', tail)
+    where = ""
+    if frames:
+        f, line, fn = frames[0]                # faulthandler lists the innermost frame first
+        where = f" @ {'/'.join(f.split('/')[-2:])}:{line} in {fn}"
+    phase = "in the final checks (build/run)" if p.get("trace") is not None else \
+        f"during call {len(p['calls']) - 1}" if p.get("calls") else "before the first call"
+    return {"workload": p.get("workload"), "category": category, "seed": p.get("seed"),
+            "message": f"{why} {phase}{where}", "trace": p.get("trace"), "calls": p.get("calls", []),
+            "findings": [{"category": category, "message": f"{why} {phase}{where}", "call_index": None,
+                          "trace": p.get("trace")}], "log_tail": tail[:2000]}
+
+
+class Pool:
+    """Worker processes that run jobs; a crash or a hang costs one worker, which is replaced."""
+
+    def __init__(self, workers: int, timeout: float, mem_gb: float):
+        ctx = mp.get_context("spawn")
+        os.environ.setdefault("OMP_WAIT_POLICY", "passive")       # idle OpenMP threads must not spin
+        self.timeout = timeout
+        self.logdir = tempfile.mkdtemp(prefix="fuzz-workers-")
+        self.workers = [Worker(ctx, mem_gb, self.logdir, n) for n in range(max(1, workers))]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self) -> None:
+        import shutil
+        for w in self.workers:
+            try:
+                if w.job is None and w.proc.is_alive():
+                    w.conn.send(None)
+            except OSError:
+                pass
+        for w in self.workers:
+            w.proc.join(2)
+            if w.proc.is_alive():
+                w.proc.kill()
+                w.proc.join(2)
+        shutil.rmtree(self.logdir, ignore_errors=True)
+
+    def run(self, jobs, *, on_result=None, quiet=False) -> list:
+        """Run ``jobs``; returns one record per job, in order (crash/hang records included)."""
+        pending = collections.deque(enumerate(jobs))
+        results: list = [None] * len(jobs)
+        ids: dict = {}
+        done = 0
+        t0 = time.monotonic()
+
+        def finish(w: Worker, rec: dict):
+            nonlocal done
+            jid = ids.pop(id(w))
+            results[jid] = rec
+            done += 1
+            w.job = None
+            if on_result:
+                on_result(jid, rec)
+            if not quiet and (done % 100 == 0 or done == len(jobs)):
+                print(f"  {done}/{len(jobs)} cases, {time.monotonic() - t0:.0f} s", flush=True)
+
+        while pending or any(w.job is not None for w in self.workers):
+            for w in self.workers:
+                if w.job is None and pending:
+                    jid, job = pending.popleft()
+                    ids[id(w)] = jid
+                    try:
+                        w.submit(job)
+                    except OSError:                 # died between jobs: replace it and try again
+                        w.restart()
+                        w.submit(job)
+            busy = [w for w in self.workers if w.job is not None]
+            wait([w.conn for w in busy] + [w.proc.sentinel for w in busy], timeout=0.5)
+            for w in self.workers:
+                broken = False
+                try:
+                    while w.conn.poll():
+                        kind, payload = w.conn.recv()
+                        if kind == "workload":
+                            w.progress["workload"] = payload
+                        elif kind == "call":
+                            w.progress["calls"].append(payload)
+                        elif kind == "check":
+                            w.progress["trace"] = payload
+                        elif kind == "done" and w.job is not None:
+                            finish(w, payload)
+                except (EOFError, OSError):
+                    broken = True
+                if w.job is None:
+                    if broken or not w.proc.is_alive():
+                        w.proc.join(5)
+                        w.restart()
+                    continue
+                if broken or not w.proc.is_alive():
+                    w.proc.join(1)
+                    finish(w, _crash_record(w, "crash", f"worker died ({_signal_name(w.proc.exitcode)})"))
+                    w.restart()
+                elif time.monotonic() - w.started > self.timeout:
+                    finish(w, _crash_record(w, "hang", f"no result after {self.timeout:.0f} s"))
+                    w.restart()
+        return results

@@ -1,6 +1,7 @@
 """Schedule fuzzing: random schedules on our own workloads either are refused or are right.
 
-``test_random_schedules`` draws a workload of ``tests/schedule_fuzz.py`` and a seed; the seed
+``test_random_schedules`` draws a workload of ``tests/schedule_fuzz.py`` and a seed; in a worker
+process (so that a segfault or a hang fails the test instead of killing pytest) the seed
 draws 3-12 primitives on the schedule as it is (custom names, numpy and huge factors, wrong
 arguments and malformed traces on purpose now and then) and the result is checked: lowered,
 replayed through ``to_json``/``from_json`` and ``to_python``, built and run on arrays fenced by
@@ -31,18 +32,26 @@ from tests import schedule_fuzz as F
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# ~0.12 s a case (lower after every call, two replays, build, two calls): 300 cases take ~40 s on 2
-# shared cores, within the ~60 s this file may take.
+# ~0.08 s a case in the worker (lower after every call, two replays, build, two calls): 300 cases take
+# ~25 s on 2 shared cores, within the ~60 s this file may take.
 EXAMPLES = int(os.environ.get("TENSORTUNE_FUZZ_EXAMPLES", "300"))
+
+
+@pytest.fixture(scope="module")
+def worker():
+    """One worker process (spawned once): a kernel that segfaults or hangs fails the test, not pytest."""
+    with F.Pool(1, timeout=120, mem_gb=4) as pool:
+        yield pool
 
 
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
           phases=[Phase.explicit, Phase.generate],          # no shrinking: the report has its own reproducer
           suppress_health_check=list(HealthCheck))
 @given(name=st.sampled_from(F.NORMAL_WORKLOADS), seed=st.integers(0, 2 ** 32 - 1))
-def test_random_schedules(name, seed):
-    case = F.run_case(name, random.Random(seed), seed=seed)
-    assert case.category in F.ACCEPTABLE, case.report()
+def test_random_schedules(worker, name, seed):
+    rec = worker.run([{"kind": "case", "workload": name, "seed": seed, "max_bytes": F.IN_PROCESS_MAX_BYTES}],
+                     quiet=True)[0]
+    assert rec["category"] in F.ACCEPTABLE, F.record_report(rec)
 
 
 def test_workloads_default_schedules_are_right():

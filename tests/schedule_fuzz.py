@@ -1133,24 +1133,34 @@ def check(workload: Workload, schedule: Schedule, *, max_bytes: int | None = IN_
         findings.append(Finding(cat, msg))
 
     # 1. lower
+    refused = None
     try:
         text = str(schedule.lower())
     except ScheduleError as err:
-        if _one_line(str(err)):
-            return Outcome("refused", str(err))
-        fail("bad_error", f"lower: multi-line ScheduleError: {_describe_exc(err)}")
-        return Outcome("bad_error", findings[0].message, findings)
+        if not _one_line(str(err)):
+            fail("bad_error", f"lower: multi-line ScheduleError: {_describe_exc(err)}")
+            return Outcome("bad_error", findings[0].message, findings)
+        refused, text = str(err), None
     except Exception as err:  # noqa: BLE001
         fail("bad_error", f"lower: {_describe_exc(err)}")
         return Outcome("bad_error", findings[0].message, findings)
 
+    # A replay must rebuild the same loop nest; a schedule that lower() refuses must still replay
+    # to the same loop structure (``describe()``) and be refused again.
+    def same(again, how: str, cat: str) -> None:
+        if text is not None:
+            t2 = str(again.lower())
+            if t2 != text:
+                fail(cat, f"{how} lowers to a different loop nest:\n" + _diff(text, t2))
+            return
+        d1, d2 = schedule.describe(), again.describe()
+        if d1 != d2:
+            fail(cat, f"{how} has a different loop structure:\n" + _diff(d1, d2))
+
     # 2. replay through JSON text
     try:
         jtext = json.dumps(schedule.to_json())
-        again = Schedule.from_json(schedule.tensors, jtext)
-        t2 = str(again.lower())
-        if t2 != text:
-            fail("replay_json", "from_json(to_json()) lowers to a different loop nest:\n" + _diff(text, t2))
+        same(Schedule.from_json(schedule.tensors, jtext), "from_json(to_json())", "replay_json")
     except Exception as err:  # noqa: BLE001
         fail("replay_json", f"from_json(to_json()): {_describe_exc(err)}")
 
@@ -1159,11 +1169,15 @@ def check(workload: Workload, schedule: Schedule, *, max_bytes: int | None = IN_
         code = schedule.to_python()
         ns = {"Schedule": Schedule, "tensors": list(schedule.tensors)}
         exec(compile(code, "<to_python>", "exec"), ns)  # noqa: S102 - that is the test
-        t3 = str(ns["s"].lower())
-        if t3 != text:
-            fail("replay_python", "exec(to_python()) lowers to a different loop nest:\n" + _diff(text, t3))
+        same(ns["s"], "exec(to_python())", "replay_python")
     except Exception as err:  # noqa: BLE001
         fail("replay_python", f"exec(to_python()): {_describe_exc(err)}")
+
+    if text is None:
+        if not findings:
+            return Outcome("refused", refused)
+        cat = _worst([f.category for f in findings])
+        return Outcome(cat, next(f.message for f in findings if f.category == cat), findings)
 
     # 4. build and run on guarded arrays
     nbytes = allocated_bytes(text)

@@ -110,8 +110,11 @@ def test_finding_1_split_duplicate_names():
 def test_finding_2_to_python_keeps_custom_names():
     """to_python() dropped names=: the next line refers to a loop that the replay does not have."""
     wl, _, s = _add1()
-    s = s.split("Y.i", factor=8, names=("o", "n")).vectorize("Y.n")
-    assert F.check(wl, s).category == "ok", F.check(wl, s).message
+    s = s.split("Y.i", factor=8, names=("o", "n")).vectorize("Y.n")   # lower() refuses it: Y.j is inside
+    ns = {"Schedule": Schedule, "tensors": list(s.tensors)}
+    exec(s.to_python(), ns)                    # UnknownHandleError: loop Y.n does not exist
+    assert ns["s"].to_json() == s.to_json()
+    assert F.check(wl, s).category == "refused", F.check(wl, s).message
 
 
 @pytest.mark.parametrize("make", [

@@ -85,14 +85,14 @@ def print_tables(records: list, categories) -> None:
 def _write_jsonl(path: Path, records) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as f:
-        for r in records:
-            f.write(json.dumps(r, default=repr) + "\n")
+        f.writelines(json.dumps(r, default=repr) + "\n" for r in records)
 
 
 # ================================================================= main
 
 def fuzz(args) -> None:
-    from tests.schedule_fuzz import CATEGORIES, LONG_RUN_ACCEPTABLE as ACCEPTABLE, Pool
+    from tests.schedule_fuzz import CATEGORIES, Pool
+    from tests.schedule_fuzz import LONG_RUN_ACCEPTABLE as ACCEPTABLE
     jobs = [{"kind": "seeded", "seed": args.seed, "index": i, "huge": not args.no_huge, "avoid": args.avoid_known,
              "checked": args.checked or None}
             for i in range(args.schedules)]
@@ -103,18 +103,14 @@ def fuzz(args) -> None:
           f"timeout {args.timeout:.0f} s, RLIMIT_AS {args.mem_gb} GB, huge sizes {'off' if args.no_huge else 'on'}"
           + (", avoiding the known findings' triggers" if args.avoid_known else ""))
     t0 = time.monotonic()
-    failing = open(out, "w")
+    with open(out, "w") as failing, Pool(args.workers, args.timeout, args.mem_gb) as pool:
 
-    def on_result(jid, rec):
-        if rec["category"] not in ACCEPTABLE:
-            failing.write(json.dumps(rec, default=repr) + "\n")
-            failing.flush()
+        def on_result(jid, rec):              # written as they come: a killed run keeps its findings
+            if rec["category"] not in ACCEPTABLE:
+                failing.write(json.dumps(rec, default=repr) + "\n")
+                failing.flush()
 
-    try:
-        with Pool(args.workers, args.timeout, args.mem_gb) as pool:
-            records = pool.run(jobs, on_result=on_result)
-    finally:
-        failing.close()
+        records = pool.run(jobs, on_result=on_result)
     print_tables([r for r in records if r is not None], CATEGORIES)
     n_fail = sum(r is not None and r["category"] not in ACCEPTABLE for r in records)
     print(f"\n{n_fail} failing case(s) written to {out}  ({time.monotonic() - t0:.0f} s)")
@@ -122,12 +118,13 @@ def fuzz(args) -> None:
 
 
 def replay(args) -> None:
-    from tests.schedule_fuzz import CATEGORIES, Pool, reproducer
-    recs = [json.loads(line) for line in open(args.replay) if line.strip()]
+    import random
+
+    from tests.schedule_fuzz import CATEGORIES, Pool, pick_workload, reproducer
+    with open(args.replay) as f:
+        recs = [json.loads(line) for line in f if line.strip()]
     for r in recs:
         if not r.get("workload") and isinstance(r.get("seed"), str):    # a crash before the draw said
-            import random
-            from tests.schedule_fuzz import pick_workload
             r["workload"] = pick_workload(random.Random(r["seed"]), allow_huge=True)
     idx = list(range(len(recs))) if args.index is None else [args.index]
     if args.only:

@@ -48,9 +48,9 @@ import sys
 import tempfile
 import time
 import traceback
-from multiprocessing.connection import wait
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
+from multiprocessing.connection import wait
 
 import numpy as np
 

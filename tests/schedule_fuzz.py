@@ -56,7 +56,7 @@ import numpy as np
 
 from schedules import Schedule, ScheduleError
 from tensorir import te
-from tensorir.evaluate import evaluate
+from tensorir.te.evaluate import evaluate
 
 # Flip when ``Schedule.build(checked=True)`` exists (bounds-checked code); the checker then builds
 # every schedule in checked mode.

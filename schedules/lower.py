@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from schedules.errors import LoweringError
 from tensorir.te.expr import Binary, BinOp, Const, Expr, Var, const
 from tensorir.tir.ir import Allocate, Buffer, For, ForKind, IfThenElse, Load, PrimFunc, Scope, Store, seq
-from tensorir.tir.transform.simplify import Linear, _lin, _Simplifier, int_range, linear_range, simplify
+from tensorir.tir.analysis import Affine, affine, int_range, linear_range
+from tensorir.tir.transform.simplify import Simplifier, simplify
 from schedules.state import Fuse, Split, Stage, StageGraph
 from tensorir.tir.rewrite import rewrite as _rewrite, substitute as _substitute
 from tensorir.te import AxisKind, Reduce, Reducer, TensorRead, free_vars
@@ -63,21 +64,6 @@ def _nonnegative(e: Expr) -> bool:
         return True
     return isinstance(e, Binary) and e.op in (BinOp.FLOORDIV, BinOp.MOD) and isinstance(e.b, Const) \
         and e.b.value > 0 and _nonnegative(e.a)
-
-
-def _identity(reducer: Reducer, dtype: str) -> Const:
-    if reducer is Reducer.SUM:
-        return const(0, dtype)
-    big = math.inf if dtype != "int32" else 2 ** 31 - 1
-    if reducer is Reducer.MAX:
-        return const(-big if dtype != "int32" else -(2 ** 31), dtype)
-    return const(big, dtype)
-
-
-def _combine(reducer: Reducer, acc: Expr, x: Expr) -> Expr:
-    if reducer is Reducer.SUM:
-        return Binary(BinOp.ADD, acc, x)
-    return Binary(BinOp.MAX if reducer is Reducer.MAX else BinOp.MIN, acc, x)
 
 
 class _Lowering:
@@ -201,7 +187,7 @@ class _Lowering:
         for d, r in enumerate(spatial):
             start, ext = region[d]
             n = s.shape[d]
-            lin = _lin(simplify(start))
+            lin = affine(simplify(start))
             if ext >= n or lin.const < 0 or any(c < 0 or not _nonnegative(t) for t, c in lin.terms.items()):
                 continue
             g = math.gcd(lin.const, *lin.terms.values())
@@ -335,9 +321,9 @@ class _Lowering:
 
         def body(pending):
             init = self.nest(s, lay, init_loops, [c for c in pending if c[1]],
-                             lambda: Store(lay.buffer, out_idx, _identity(red.reducer, s.dtype)), False)
+                             lambda: Store(lay.buffer, out_idx, red.reducer.identity(s.dtype)), False)
             main = self.nest(s, lay, inner, pending,
-                             lambda: Store(lay.buffer, out_idx, _combine(red.reducer, acc, src)), True)
+                             lambda: Store(lay.buffer, out_idx, red.reducer.combine(acc, src)), True)
             return seq(init, main)
 
         return self.nest(s, lay, outer, lay.conds, body, True, pass_pending=True)
@@ -384,7 +370,7 @@ class _Lowering:
     def simplify(self, e: Expr) -> Expr:
         """``simplify(e, self.ranges)``, memoized across calls while the ranges stay the same."""
         if self._simplifier is None or self._simplifier.ranges is not self.ranges:
-            self._simplifier = _Simplifier(self.ranges)
+            self._simplifier = Simplifier(self.ranges)
         return self._simplifier.visit(e)
 
     def _versioned(self, pending: list, build):
@@ -502,8 +488,8 @@ class _Lowering:
 
 def _split_fixed(e: Expr, varying: dict):
     """Split ``e`` into (fixed Expr, lo, hi): the part of the outer loops and the range of the rest."""
-    lin = _lin(e)
-    fixed, var_part = Linear(), Linear({}, lin.const)
+    lin = affine(e)
+    fixed, var_part = Affine(), Affine({}, lin.const)
     for t, c in lin.terms.items():
         fv = free_vars(t)
         if not fv & varying.keys():
@@ -529,8 +515,8 @@ def _for_all_inner(cond: Expr, bound: set, ranges: dict):
     fv = free_vars(cond)
     if fv <= bound or not fv & bound:
         return None
-    lin = _lin(cond.a)
-    outer, inner = Linear(), Linear()
+    lin = affine(cond.a)
+    outer, inner = Affine(), Affine()
     for t, k in lin.terms.items():
         tv = free_vars(t)
         if tv <= bound:

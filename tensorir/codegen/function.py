@@ -12,7 +12,7 @@ from tensorir.te.expr import (COMPARE_OPS, FLOAT_DTYPES, Binary, BinOp, Cast, Co
                    Var, children)
 from tensorir.tir.transform.promote import LOCAL_STACK_LIMIT
 from tensorir.tir.ir import Allocate, For, ForKind, IfThenElse, Load, PrimFunc, Scope, Seq, Store, walk_stmts
-from tensorir.codegen.types import (_ITEMSIZE, F32, F64, FP_FLAGS, I1, I32, I64, LLTYPE, PTR, VOID, CodegenError,
+from tensorir.codegen.types import (ITEMSIZE, F32, F64, FP_FLAGS, I1, I32, I64, LLTYPE, PTR, VOID, CodegenError,
                          _is_scalar_const, _splat, scoped, type_suffix)
 from tensorir.codegen.address import Addressing
 from tensorir.codegen.simd_math import vector_exp, vector_log, vector_tanh
@@ -171,7 +171,7 @@ class FunctionGen(Addressing, ParallelRegions):
             self.vec.store(s)
             return
         value = self.expr(s.value)
-        self.b.store(value, self.address(s.buffer, s.indices), align=_ITEMSIZE[s.buffer.dtype])
+        self.b.store(value, self.address(s.buffer, s.indices), align=ITEMSIZE[s.buffer.dtype])
 
     def loop(self, s: For) -> None:
         if s.extent <= 0:
@@ -313,7 +313,7 @@ class FunctionGen(Addressing, ParallelRegions):
             if self.vec is not None:
                 return self.vec.load(e)
             return self.b.load(self.address(e.buffer, e.indices), typ=LLTYPE[e.dtype],
-                               align=_ITEMSIZE[e.dtype])
+                               align=ITEMSIZE[e.dtype])
         if not isinstance(e, (Binary, Unary, Cast, Select)):
             raise CodegenError(f"cannot generate code for expression {e!r}")
         if self.mod.unsafe(e):

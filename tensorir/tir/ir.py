@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from tensorir.te.expr import Expr, Var
+from tensorir.te.expr import Expr, Var, itemsize
 from tensorir.te.printer import expr_str
 
 
@@ -36,7 +36,7 @@ class Buffer:
 
     @property
     def nbytes(self) -> int:
-        return self.size * (4 if self.dtype in ("float32", "int32") else 8 if self.dtype == "float64" else 1)
+        return self.size * itemsize(self.dtype)
 
 
 @dataclass(frozen=True, slots=True, repr=False)

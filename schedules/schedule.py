@@ -314,7 +314,7 @@ class Schedule:
 
     # ------------------------------------------------------------ output
     def lower(self, name: str | None = None):
-        from schedules.lower import lower
+        from schedules.lowering import lower
         try:
             return lower(self.state, name)
         except ScheduleError as err:

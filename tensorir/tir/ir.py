@@ -61,8 +61,14 @@ class Load(Expr):
 class ForKind(enum.Enum):
     SERIAL = "serial"
     PARALLEL = "parallel"        # iterations split across threads (static chunks)
-    VECTORIZED = "vectorized"    # one SIMD instruction per statement, lanes = extent
+    VECTORIZED = "vectorized"    # one SIMD instruction per statement, lanes = extent (see is_simd_loop)
     UNROLLED = "unrolled"        # body emitted `extent` times
+
+
+# Code generation emits a VECTORIZED loop of at most this many lanes as SIMD code; wider ones run
+# serially (LLVM's legalization of very wide vectors is slow).  Schedules stay far below it: the
+# widest loop a schedule may vectorize is schedules.lowering.checks.MAX_VECTOR_LANES.
+MAX_SIMD_LANES = 256
 
 
 class Stmt:
@@ -150,3 +156,12 @@ def walk_stmts(s: Stmt):
         n = stack.pop()
         yield n
         stack.extend(reversed(stmt_children(n)))
+
+
+def is_simd_loop(s: Stmt) -> bool:
+    """Whether code generation emits ``s`` as SIMD code: a VECTORIZED loop of 2 to
+    :data:`MAX_SIMD_LANES` lanes whose body holds only unrolled (or single-iteration) loops.
+    Other VECTORIZED loops run as serial loops."""
+    return (isinstance(s, For) and s.kind is ForKind.VECTORIZED and 1 < s.extent <= MAX_SIMD_LANES
+            and all(not isinstance(x, For) or x.kind is ForKind.UNROLLED or x.extent <= 1
+                    for x in walk_stmts(s.body)))

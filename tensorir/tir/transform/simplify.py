@@ -210,3 +210,66 @@ def _fold_unary(op: UnOp, a: Const) -> Expr:
     except (ValueError, OverflowError):
         pass
     return Unary(op, a)
+
+
+# ------------------------------------------------------------------ the pass
+
+def simplify_func(func):
+    """The ``simplify`` pass: the indices and values of every load and store in ``func``
+    simplified with the ranges of the enclosing loops.
+
+    Guard conditions are left as they are: ``loop_nest`` simplifies them where it places
+    them (a guard's place depends on its simplified form).  Returns ``func`` itself when
+    nothing changes.
+    """
+    from tensorir.tir.ir import PrimFunc
+    body = _StmtSimplifier().stmt(func.body, Simplifier({}))
+    return func if body is func.body else PrimFunc(func.name, func.params, body)
+
+
+class _StmtSimplifier:
+    def __init__(self):
+        self.simplifiers: dict = {}     # the ranges in scope -> their Simplifier (versioned copies share one)
+        self.seen: dict = {}            # (id(Simplifier), id(expr)) -> (result, expr, Simplifier): alive
+
+    def expr(self, e: Expr, simp: Simplifier) -> Expr:
+        """``simp.visit(e)``, or ``e`` itself when that equals it; by identity first (the copies of a
+        versioned nest share their expressions, and hashing a large one is not free)."""
+        key = (id(simp), id(e))
+        hit = self.seen.get(key)
+        if hit is None:
+            new = simp.visit(e)
+            hit = self.seen[key] = (e if new is e or new == e else new, e, simp)
+        return hit[0]
+
+    def stmt(self, s, simp: Simplifier):
+        from tensorir.tir.ir import Allocate, For, IfThenElse, Seq, Store
+        if isinstance(s, Store):
+            idx = tuple(self.expr(i, simp) for i in s.indices)
+            value = self.expr(s.value, simp)
+            if value is s.value and all(a is b for a, b in zip(idx, s.indices)):
+                return s
+            return Store(s.buffer, idx, value)
+        if isinstance(s, For):
+            body = s.body
+            if s.extent >= 1:
+                ranges = {**simp.ranges, s.var: (0, s.extent - 1)}
+                key = frozenset(ranges.items())
+                inner = self.simplifiers.get(key)
+                if inner is None:
+                    inner = self.simplifiers[key] = Simplifier(ranges)
+                body = self.stmt(s.body, inner)
+            return s if body is s.body else For(s.var, s.extent, s.kind, body)
+        if isinstance(s, IfThenElse):
+            then = self.stmt(s.then, simp)
+            other = None if s.otherwise is None else self.stmt(s.otherwise, simp)
+            if then is s.then and other is s.otherwise:
+                return s
+            return IfThenElse(s.cond, then, other)
+        if isinstance(s, Allocate):
+            body = self.stmt(s.body, simp)
+            return s if body is s.body else Allocate(s.buffer, body)
+        if isinstance(s, Seq):
+            stmts = tuple(self.stmt(c, simp) for c in s.stmts)
+            return s if all(a is b for a, b in zip(stmts, s.stmts)) else Seq(stmts)
+        return s

@@ -173,6 +173,7 @@ def pretrain_from_log(model, log, exclude_key: str, target: dict, limit: int = 2
     from cost_model import extract_features
     from logs import target_key
     from schedules import Schedule
+    from schedules.lowering import SCHEDULED
     want = target_key(target)[:2]
     by_workload: dict = {}
     for rec in reversed(log.read(warn=False).records):   # (the run already warned about skipped lines)
@@ -188,7 +189,7 @@ def pretrain_from_log(model, log, exclude_key: str, target: dict, limit: int = 2
         try:
             if spec is None:
                 spec = specs[rec.workload_key] = WorkloadSpec(rec.workload_name, dict(rec.workload_params))
-            func = Schedule.from_json(spec.tensors(), rec.trace).lower()
+            func = Schedule.from_json(spec.tensors(), rec.trace).lower(until=SCHEDULED)
         except Exception:  # noqa: BLE001 - an old or foreign record only loses its transfer value
             continue
         feats.append(extract_features(func))
@@ -338,12 +339,15 @@ class Tuner:
     # ------------------------------------------------------------ candidates
     def _prepare(self, trial, decisions: dict | None = None, src=None) -> Candidate:
         from cost_model import extract_features
+        from schedules.lowering import SCHEDULED
         if src is None:
             src = OptunaDecisions(trial) if trial is not None else FixedDecisions(decisions or {})
         cand = Candidate(trial, {})
+        scheduled = None
         try:
             cand.schedule = self.space.apply(src)
-            cand.func = cand.schedule.lower()
+            steps = cand.schedule.lower_steps()
+            cand.func, scheduled = steps[-1][1], dict(steps)[SCHEDULED]
         except ScheduleError as err:
             kind = "lower" if cand.schedule is not None else "schedule"
             cand.error = MeasureResult(error_kind=kind, error_msg=str(err))
@@ -351,8 +355,8 @@ class Tuner:
             cand.error = MeasureResult(error_kind="schedule", error_msg=f"{type(err).__name__}: {err}")
         cand.decisions = dict(src.decisions)
         cand.choices = dict(src.choices)
-        if cand.func is not None:
-            cand.features = extract_features(cand.func)
+        if cand.func is not None:     # features read the schedule's own nest, before codegen's passes
+            cand.features = extract_features(scheduled)
         return cand
 
     def _default_candidate(self) -> Candidate | None:

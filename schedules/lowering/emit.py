@@ -145,6 +145,6 @@ class _Emitter:
                     if buf is None:
                         raise LoweringError("lower", f"tensor {n.tensor.name!r} is read but is not in the "
                                             "workload list")
-                return Load(buf, tuple(self.guards.simplify(i) for i in idx))
+                return Load(buf, idx)
             return None
-        return self.guards.simplify(rewrite(e, fn))
+        return rewrite(e, fn)

@@ -10,7 +10,12 @@ with one pointer per parameter buffer (dense, row-major).  Loop kinds map as:
   nested ones run serially);
 * ``VECTORIZED``: the body is emitted once with ``extent``-lane LLVM vectors
   (:mod:`tensorir.codegen.vector`); bodies holding non-unrolled loops (and
-  extents above ``MAX_VECTOR_LANES``) fall back to a serial loop.
+  extents above ``tensorir.tir.ir.MAX_SIMD_LANES``) fall back to a serial loop.
+
+Code generation compiles exactly the function it is given: register promotion
+and the cutting of vector loops into native-width pieces are lowering passes
+(``tensorir.tir.transform.promote``, ``tensorir.tir.transform.vector_chunks``;
+the pipeline is ``schedules.lowering.PASSES``).
 
 Pure index arithmetic is hoisted to the outermost loop header where its
 variables are bound and shared between accesses (:meth:`FunctionGen.hoisted`),
@@ -31,7 +36,6 @@ from tensorir.te.expr import Binary, BinOp, Const, Var, children
 from tensorir.tir.analysis.affine import affine
 from tensorir.tir.ir import Load
 from tensorir.tir.ir import PrimFunc, Scope
-from tensorir.tir.transform.promote import promote
 
 
 def codegen(func: PrimFunc, target: Target | None = None) -> ir.Module:
@@ -42,7 +46,8 @@ def codegen(func: PrimFunc, target: Target | None = None) -> ir.Module:
     func : PrimFunc
         The loop-nest function.  Its parameters must have scope PARAM.
     target : Target, optional
-        The CPU the code is for (its vector width sets the vector chunk sizes); default: the host.
+        The CPU the code is for; default: the host.  (Lowering already cut vector
+        loops to its vector width.)
 
     Returns
     -------
@@ -65,7 +70,7 @@ def codegen(func: PrimFunc, target: Target | None = None) -> ir.Module:
         fg.bufs[buf] = arg
     fn.args[-1].name = "num_threads"
     fg.num_threads = fn.args[-1]
-    fg.emit_body(promote(func.body))
+    fg.emit_body(func.body)
     gen.module.uses_openmp = "GOMP_parallel" in gen.module.globals
     return gen.module
 

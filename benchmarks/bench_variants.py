@@ -29,7 +29,7 @@ import sys
 
 from schedules.space import FixedDecisions, GeneratedSpace
 from schedules.errors import ScheduleError
-from tuner.cli import _threadpool
+from tuner.cli import threadpool
 from tuner.compare import side_by_side
 from tuner.measure import MeasureConfig
 from tuner.spec import WorkloadSpec
@@ -90,7 +90,7 @@ def main(argv=None) -> int:
                 fns[text] = kernel.bind(*inputs, *outs)
             if impl is not None:
                 fns["numpy"] = lambda: impl(inputs)
-            with _threadpool(threads):
+            with threadpool(threads):
                 t = side_by_side(fns, rounds=args.rounds)
             ref = t["numpy"]["median"] if impl is not None else None
             for text in kernels:

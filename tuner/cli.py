@@ -65,7 +65,7 @@ def _open_log(path):
         raise CLIError(str(err)) from None
 
 
-def _threadpool(threads):
+def threadpool(threads):
     try:
         from threadpoolctl import threadpool_limits
         return threadpool_limits(threads)
@@ -100,7 +100,7 @@ def compare_with_numpy(spec, trace: dict, threads: int, rounds: int = 5):
                        "not reported")
     fns = {"tuned": tuned.bind(*inputs, *outs)}    # (bound: small kernels are timed, not the argument checks)
     impl = spec.numpy_impl()
-    with _threadpool(threads):
+    with threadpool(threads):
         if impl is not None:
             fns["numpy"] = lambda: impl(inputs)
         timing = side_by_side(fns, rounds=rounds, min_repeat_ms=100, repeats_per_round=3)

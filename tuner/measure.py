@@ -76,7 +76,7 @@ from schedules.errors import ScheduleError
 from tensorir.tir.ir import Allocate, PrimFunc, walk_stmts
 
 from . import worker as W
-from .spec import WorkloadSpec, _one_line
+from .spec import WorkloadSpec, one_line
 
 OBJECT_CACHE_SIZE = 256
 _GRACE_S = 0.5   # beyond the runner's own budget before it is killed
@@ -214,7 +214,7 @@ class MeasureResult:
 
 
 def _fail(kind: str, msg, func=None, **kw) -> MeasureResult:
-    return MeasureResult(error_kind=kind, error_msg=_one_line(msg, 500), func=func, **kw)
+    return MeasureResult(error_kind=kind, error_msg=one_line(msg, 500), func=func, **kw)
 
 
 def prepare(tensors, candidate) -> PrimFunc | MeasureResult:

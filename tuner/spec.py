@@ -35,7 +35,7 @@ class SpecError(ValueError):
     """A workload or parameter given by the user is invalid (one-line message)."""
 
 
-def _one_line(text: str, limit: int = 300) -> str:
+def one_line(text: str, limit: int = 300) -> str:
     text = " | ".join(part.strip() for part in str(text).strip().splitlines() if part.strip())
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
@@ -79,7 +79,7 @@ def load_function(ref: str, what: str = "workload") -> Callable:
         if isinstance(err, KeyboardInterrupt):
             raise
         raise SpecError(f"{what} file {shown!r} failed to import: {type(err).__name__}: "
-                        f"{_one_line(err)}") from None
+                        f"{one_line(err)}") from None
     fn = getattr(module, fname, None)
     if fn is None or not callable(fn):
         found = sorted(n for n, v in vars(module).items()
@@ -124,7 +124,7 @@ class WorkloadSpec:
                 self._workload = registry.get_workload(self.name)
                 params = self._workload.bind(**params)
             except registry.WorkloadError as err:
-                raise SpecError(_one_line(err)) from None
+                raise SpecError(one_line(err)) from None
         self.params = params
 
     # ------------------------------------------------------------ construction
@@ -159,7 +159,7 @@ class WorkloadSpec:
             try:
                 params = registry.get_workload(workload).parse_params(list(items))
             except registry.WorkloadError as err:
-                raise SpecError(_one_line(err)) from None
+                raise SpecError(one_line(err)) from None
             spec = cls(workload, params)
         else:
             params = {}
@@ -245,14 +245,14 @@ class WorkloadSpec:
             try:
                 sig.bind(**self.params)
             except TypeError as err:
-                raise SpecError(f"{where}: {_one_line(err)}") from None
+                raise SpecError(f"{where}: {one_line(err)}") from None
         try:
             return fn(**self.params)
         except BaseException as err:  # noqa: BLE001 - report the user's error in one line, even SystemExit
             if isinstance(err, KeyboardInterrupt):
                 raise
             raise SpecError(f"{where}: {self._func_name}() raised {type(err).__name__}: "
-                            f"{_one_line(err)}") from None
+                            f"{one_line(err)}") from None
 
     def _check_tensors(self, tensors) -> list:
         where = f"workload {self.name!r}"
@@ -276,7 +276,7 @@ class WorkloadSpec:
         try:
             Schedule(tensors)
         except ScheduleError as err:
-            raise SpecError(f"{where}: {_one_line(err)}") from None
+            raise SpecError(f"{where}: {one_line(err)}") from None
         return list(tensors)
 
     # --------------------------------------------------------------- derived

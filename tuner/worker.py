@@ -182,8 +182,8 @@ def _setup_child(init: dict) -> None:
 
 
 def _error_reply(kind: str, err: BaseException, prefix: str = "") -> tuple:
-    from .spec import _one_line
-    return ("result", {"error_kind": kind, "error_msg": prefix + f"{type(err).__name__}: {_one_line(err)}"})
+    from .spec import one_line
+    return ("result", {"error_kind": kind, "error_msg": prefix + f"{type(err).__name__}: {one_line(err)}"})
 
 
 def compile_object(func):

@@ -13,7 +13,7 @@ from tensorir.te.expr import (COMPARE_OPS, FLOAT_DTYPES, Binary, BinOp, Cast, Co
 from tensorir.tir.transform.promote import LOCAL_STACK_LIMIT
 from tensorir.tir.ir import Allocate, For, ForKind, IfThenElse, Load, PrimFunc, Scope, Seq, Store, is_simd_loop
 from tensorir.codegen.types import (ITEMSIZE, F32, F64, FP_FLAGS, I1, I32, I64, LLTYPE, PTR, VOID, CodegenError,
-                         _is_scalar_const, _splat, scoped, type_suffix)
+                         is_scalar_const, splat, scoped, type_suffix)
 from tensorir.codegen.address import Addressing
 from tensorir.codegen.simd_math import vector_exp, vector_log, vector_tanh
 from tensorir.codegen.vector import VectorContext
@@ -269,12 +269,12 @@ class FunctionGen(Addressing, ParallelRegions):
     # -------------------------------------------------------- vector plumbing
     def const_like(self, like, value, scalar_ty):
         if isinstance(like.type, ir.VectorType):
-            return _splat(scalar_ty, value, like.type.count)
+            return splat(scalar_ty, value, like.type.count)
         return ir.Constant(scalar_ty, value)
 
     def broadcast(self, v, lanes: int):
         if isinstance(v, ir.Constant):
-            return _splat(v.type, v.constant, lanes)
+            return splat(v.type, v.constant, lanes)
         vty = ir.VectorType(v.type, lanes)
         poison = _Poison(vty)
         one = self.b.insert_element(poison, v, ir.Constant(I32, 0))
@@ -461,8 +461,8 @@ class FunctionGen(Addressing, ParallelRegions):
 
 def _fold_int(op, a, b):
     """Fold i32 +, -, * when the result is known (keeps unrolled code small)."""
-    ca = a.constant if _is_scalar_const(a) else None
-    cb = b.constant if _is_scalar_const(b) else None
+    ca = a.constant if is_scalar_const(a) else None
+    cb = b.constant if is_scalar_const(b) else None
     if ca is not None and cb is not None and op in (BinOp.ADD, BinOp.SUB, BinOp.MUL):
         r = {BinOp.ADD: ca + cb, BinOp.SUB: ca - cb, BinOp.MUL: ca * cb}[op]
         if -2 ** 31 <= r < 2 ** 31:

@@ -23,12 +23,12 @@ class CodegenError(ValueError):
     """The loop IR cannot be compiled (unbound variable, type mismatch, ...)."""
 
 
-def _splat(ty, value, lanes: int) -> ir.Constant:
+def splat(ty, value, lanes: int) -> ir.Constant:
     zero = value == 0 and math.copysign(1.0, value) > 0      # not -0.0
     return ir.Constant(ir.VectorType(ty, lanes), None if zero else [value] * lanes)
 
 
-def _is_scalar_const(v) -> bool:
+def is_scalar_const(v) -> bool:
     return isinstance(v, ir.Constant) and not isinstance(v.type, ir.VectorType)
 
 

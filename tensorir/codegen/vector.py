@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
-from tensorir.codegen.types import scoped, type_suffix, ITEMSIZE, F32, FP_FLAGS, I1, I32, I64, LLTYPE, PTR, VOID, _splat, strides
+from tensorir.codegen.types import ITEMSIZE, I1, I32, I64, LLTYPE, PTR, VOID, scoped, strides, type_suffix
 from tensorir.te.expr import Const, Var
 from tensorir.tir.analysis.affine import Affine, affine
 from tensorir.tir.ir import Buffer, For, IfThenElse, Load, Store

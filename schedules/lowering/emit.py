@@ -5,8 +5,9 @@ of its attach loop (inside a LOCAL allocation of its region), and a reduction
 gets an init nest just above its outermost reduce loop.  Regions, extents and
 buffers come from bound inference (:mod:`schedules.lowering.bounds`); guards
 and edge-tile versions are placed by :mod:`schedules.lowering.guards`.
-Indices and guards are simplified as they are emitted (with the ranges of the
-enclosing loops), since where a guard goes depends on its simplified form.
+Guard conditions are simplified as they are placed (with the ranges of the
+enclosing loops), since where a guard goes depends on its simplified form;
+values and load indices are left as substituted, for the ``simplify`` pass.
 """
 from __future__ import annotations
 

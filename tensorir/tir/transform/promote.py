@@ -18,8 +18,13 @@ access to the buffer inside the loop must be to that same element (so nothing
 reads a stale value).  Distinct buffers never alias (kernel arguments are
 checked not to overlap; allocations are distinct).
 
-The pass is idempotent: a copy it made (recognised by its allocation around the
-copy-in, the loop and the copy-out of the same elements) is not promoted again.
+A copy the pass made (recognised by its allocation around the copy-in, the loop
+and the copy-out of the same elements) is not promoted again, so a second run
+changes nothing, with one exception: the first run visits loops outermost first,
+so a serial loop it unrolls as a register-tile walk cannot make an enclosing
+loop's tile promotable in that run, and a second run promotes that tile (14 of
+600 random schedules of the generated spaces; a third run changes nothing).  The
+lowering pipeline runs the pass once, as code generation used to.
 """
 from __future__ import annotations
 

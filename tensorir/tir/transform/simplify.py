@@ -14,6 +14,7 @@ import math
 from tensorir.te.expr import Binary, BinOp, Cast, Const, Expr, Select, Unary, UnOp, Var, const
 from tensorir.tir.analysis.affine import Affine, affine
 from tensorir.tir.analysis.bounds import Ranges, int_range, linear_range
+from tensorir.tir.ir import Allocate, For, IfThenElse, PrimFunc, Seq, Store
 
 
 def simplify(e: Expr, ranges: Ranges | None = None) -> Expr:
@@ -222,7 +223,6 @@ def simplify_func(func):
     them (a guard's place depends on its simplified form).  Returns ``func`` itself when
     nothing changes.
     """
-    from tensorir.tir.ir import PrimFunc
     body = _StmtSimplifier().stmt(func.body, Simplifier({}))
     return func if body is func.body else PrimFunc(func.name, func.params, body)
 
@@ -243,7 +243,6 @@ class _StmtSimplifier:
         return hit[0]
 
     def stmt(self, s, simp: Simplifier):
-        from tensorir.tir.ir import Allocate, For, IfThenElse, Seq, Store
         if isinstance(s, Store):
             idx = tuple(self.expr(i, simp) for i in s.indices)
             value = self.expr(s.value, simp)

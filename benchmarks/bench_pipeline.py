@@ -25,7 +25,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench_core import conv2d_schedule, matmul_schedule  # noqa: E402
 from logs.paths import pretuned_dir  # noqa: E402
 from schedules import Schedule  # noqa: E402
-from tensorir import ops
 from tensorir.runtime import llvm as runtime  # noqa: E402
 from tensorir.target import Target  # noqa: E402
 from tensorir.runtime import compile_func  # noqa: E402

@@ -47,6 +47,7 @@ import numpy as np
 
 from cost_model import CostModel, extract_features, pairwise_accuracy, topk_recall
 from logs import TuningLog
+from schedules.lowering import SCHEDULED
 from schedules.space import FixedDecisions, GeneratedSpace
 from tuner.search import TuneConfig, Tuner
 from tuner.spec import WorkloadSpec
@@ -168,7 +169,7 @@ def model_accuracy(spec: WorkloadSpec, records: list, splits: int = 5, k: int = 
         if not decisions:
             continue
         try:
-            func = space.apply(FixedDecisions(decisions, strict=True)).lower()
+            func = space.apply(FixedDecisions(decisions, strict=True)).lower(until=SCHEDULED)
         except Exception:  # noqa: BLE001 - a record the current space cannot rebuild
             continue
         X.append(extract_features(func))

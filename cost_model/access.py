@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tensorir.te.expr import Binary, BinOp, Cast, Const, Select, Unary, UnOp, Var, children
+from tensorir.te.expr import Binary, BinOp, Cast, Const, Select, Unary, UnOp, Var, children, itemsize
+from tensorir.tir.analysis.affine import affine
 from tensorir.tir.ir import Scope
 
 CACHE_LINE_BYTES = 64
@@ -26,46 +27,23 @@ ACCESS_FIELDS = [
 ]
 
 
-def dtype_bytes(dtype: str) -> int:
-    """Bytes of one element of ``dtype``."""
-    return 8 if dtype == "float64" else 1 if dtype == "bool" else 4
-
-
 # ------------------------------------------------------------------ index expressions
 
 def _linearize(e, loop_pos: dict):
-    """``({loop position: coefficient}, constant)`` if ``e`` is affine in loop vars, else None."""
-    t = type(e)
-    if t is Var:
-        j = loop_pos.get(e.name)
-        return ({j: 1}, 0) if j is not None else ({}, 0)
-    if t is Const:
-        return ({}, int(e.value)) if e.dtype in ("int32", "bool") else None
-    if t is Binary:
-        op = e.op
-        if op is BinOp.ADD or op is BinOp.SUB:
-            a, b = _linearize(e.a, loop_pos), _linearize(e.b, loop_pos)
-            if a is None or b is None:
-                return None
-            sign = 1 if op is BinOp.ADD else -1
-            coef = dict(a[0])
-            for j, c in b[0].items():
-                coef[j] = coef.get(j, 0) + sign * c
-            return coef, a[1] + sign * b[1]
-        if op is BinOp.MUL:
-            a, b = _linearize(e.a, loop_pos), _linearize(e.b, loop_pos)
-            if a is None or b is None:
-                return None
-            if a[0] and b[0]:
-                return None
-            if b[0]:
-                a, b = b, a
-            k = b[1]
-            return {j: c * k for j, c in a[0].items()}, a[1] * k
-        return None
-    if t is Cast and e.to == "int32" and e.a.dtype in ("int32", "bool"):
-        return _linearize(e.a, loop_pos)
-    return None
+    """``({loop position: coefficient}, constant)`` if ``e`` is affine in loop vars, else None.
+
+    The affine form of :func:`tensorir.tir.analysis.affine.affine` with every atom a
+    variable; variables that are not loops (``loop_pos``) count as 0.
+    """
+    form = affine(e)
+    coef = {}
+    for t, c in form.terms.items():
+        if type(t) is not Var:
+            return None
+        j = loop_pos.get(t.name)
+        if j is not None:
+            coef[j] = coef.get(j, 0) + c
+    return coef, form.const
 
 
 def _interval(e, rng: dict):
@@ -308,7 +286,7 @@ class BufferAccess:
         # plain Python: these arrays are a handful of elements, where numpy's call overhead dominates
         self.buffer = buffer
         self.n_access = len(index_lists)
-        self.elem_bytes = dtype_bytes(buffer.dtype)
+        self.elem_bytes = itemsize(buffer.dtype)
         ext = [int(e) for e in ext]
         n, shape = len(ext), [int(x) for x in buffer.shape]
         n_dim = len(shape)

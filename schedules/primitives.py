@@ -406,7 +406,7 @@ def apply_rfactor(g, inputs, attrs, outputs):
     rest = tuple(ax for ax in red.axes if ax.var is not k)
     source = substitute(red.source, {k: ko * f + kv})
     if extent % f:
-        source = select(ko * f + kv < extent, source, _identity_of(red.reducer, source.dtype))
+        source = select(ko * f + kv < extent, source, red.reducer.identity(source.dtype))
     rf_op = ComputeOp(op_axes, Reduce(red.reducer, source, rest + (IterVar(ko, -(-extent // f), AxisKind.REDUCE),)))
     rf = Tensor(tuple(ax.extent for ax in op_axes), st.dtype, name, rf_op)
     g.names[id(rf)] = name
@@ -426,11 +426,6 @@ def _fresh_var(base: str, taken: set) -> str:
         name, n = f"{base}{n}", n + 1
     taken.add(name)
     return name
-
-
-def _identity_of(reducer, dtype: str):
-    from schedules.lower import _identity
-    return _identity(reducer, dtype)
 
 
 def _find_tensor(g: StageGraph, tname) -> Tensor:

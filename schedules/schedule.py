@@ -367,19 +367,34 @@ class Schedule:
         return s.reorder(*outers, *inners)
 
     # ------------------------------------------------------------ output
-    def lower(self, name: str | None = None):
-        from schedules.lower import lower
+    def lower(self, name: str | None = None, target=None, *, until: str | None = None, print_after=None):
+        """The loop nest code generation compiles for ``target`` (default: the host).
+
+        Runs the lowering passes (``schedules.lowering.PASSES``; ``until`` stops after
+        one); ``print_after`` (True or pass names) prints the IR after those passes.
+        """
+        from schedules.lowering import lower
         try:
-            return lower(self.state, name)
+            return lower(self.state, target, name, until=until, print_after=print_after)
         except ScheduleError as err:
             err.nest = describe(self.state, err.stage, err.loop)
             raise
 
-    def build(self, name: str | None = None, checked: bool = False, memory=None):
-        """Lower and compile (:func:`tensorir.runtime.build`: ``checked=True`` checks every
-        access against its buffer's bounds; ``memory`` is a ``MemoryLimits``)."""
+    def lower_steps(self, name: str | None = None, target=None) -> list:
+        """``[(pass name, PrimFunc after it)]`` for every lowering pass, in order."""
+        from schedules.lowering import lower_steps
+        try:
+            return lower_steps(self.state, target, name)
+        except ScheduleError as err:
+            err.nest = describe(self.state, err.stage, err.loop)
+            raise
+
+    def build(self, name: str | None = None, target=None, checked: bool = False, memory=None):
+        """Lower for ``target`` (default: the host) and compile (:func:`tensorir.runtime.build`:
+        ``checked=True`` checks every access against its buffer's bounds; ``memory`` is a
+        ``MemoryLimits``)."""
         from tensorir.runtime import build
-        return build(self.lower(name), checked=checked, memory=memory)
+        return build(self.lower(name, target), target=target, checked=checked, memory=memory)
 
     def to_json(self) -> dict:
         return {"version": TRACE_VERSION, "instructions": [i.to_json() for i in self.trace],

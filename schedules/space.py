@@ -27,12 +27,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from schedules.lowering.checks import MAX_VECTOR_LANES
 from tensorir.te import AxisKind
 
 from .decisions import DecisionSource, FixedDecisions, MutatedDecisions, OptunaDecisions, RandomDecisions  # noqa: F401
 from .schedule import Schedule
 
-MAX_LANES = 64
 MAX_UNROLLED_BODY = 64   # vector FMAs (tile rows x vectors per row x inner reduce iterations) unrolled
 
 
@@ -76,7 +76,7 @@ class GeneratedSpace:
         """Whole multiples of the native vector (odd widths like 28 lanes legalize badly), or
         narrower powers of two; a tail that the width does not divide is guarded (masked)."""
         v = self.lanes(dtype)
-        opts = {m * v for m in (1, 2, 3, 4) if m * v <= min(n, MAX_LANES)}
+        opts = {m * v for m in (1, 2, 3, 4) if m * v <= min(n, MAX_VECTOR_LANES)}
         opts |= {p for p in (1, 2, 4, 8, 16, 32) if p < v and p <= n}
         if n < v:
             opts.add(n)
@@ -314,7 +314,7 @@ class GeneratedSpace:
             s = s.compute_at(name, l1[-1])
             s = self._pack_in_task(s, src, l0, packs, outer, transposed) if in_task else \
                 _fuse_parallel(s, l0, src, outer)
-            if s.extent(l2[-1]) <= MAX_LANES and s.extent(l2[-1]) > 1:
+            if s.extent(l2[-1]) <= MAX_VECTOR_LANES and s.extent(l2[-1]) > 1:
                 s = s.vectorize(l2[-1])
             a_sp = [f"{name}.{lp.split('.', 1)[1]}" for lp in spatial]
             a_rd = [f"{name}.{lp.split('.', 1)[1]}" for lp in reduce]

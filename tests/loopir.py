@@ -42,8 +42,16 @@ def rand(shape, dtype="float32"):
     return rng.standard_normal(shape).astype(dtype)
 
 
+def prepared(func):
+    """``func`` through the lowering passes that prepare a nest for codegen (promote, vector_chunks),
+    as a lowered schedule goes through them: what codegen compiled from it before those were passes."""
+    from schedules.lowering import apply_passes
+    return apply_passes(func, names=["promote", "vector_chunks"])
+
+
 def run(func, *arrays, threads=None):
-    k = build(func)
+    """Compile hand-written ``func`` as lowering would prepare it (:func:`prepared`) and run it."""
+    k = build(prepared(func))
     if threads is not None:
         k.threads = threads
     k(*arrays)

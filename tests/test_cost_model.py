@@ -234,17 +234,18 @@ def test_guard_reach_of_split_tail():
 
 def test_lowered_schedules():
     """Kernels from the real lowering (non-dividing tiles, guards, packing) extract cleanly and differ."""
+    from schedules.lowering import SCHEDULED       # features read the nest before codegen's passes
     from schedules.schedule import Schedule
     from tensorir import ops
     base = Schedule(ops.matmul(67, 83, 29))
     scheds = [base, base.parallel("C.i"), base.tile(["C.i", "C.j"], [4, 16]),
               base.split("C.j", factor=16).reorder("C.i", "C.j.0", "C.k", "C.j.1").vectorize("C.j.1")]
-    vecs = [extract_features(s.lower()) for s in scheds]
+    vecs = [extract_features(s.lower(until=SCHEDULED)) for s in scheds]
     for v in vecs:
         assert v.shape == (N_FEATURES,) and np.isfinite(v).all()
     for a, b in itertools.combinations(vecs, 2):
         assert not np.array_equal(a, b)
-    rows = store_features(scheds[-1].lower())
+    rows = store_features(scheds[-1].lower(until=SCHEDULED))
     update = max(rows, key=lambda r: r["exec_count"])
     assert update["innermost_vectorized"] == 1 and update["vec_lanes"] == 16
     assert 0 < min(r["guard_reach"] for r in rows) < 1          # the 83 % 16 tail is guarded

@@ -1,10 +1,12 @@
-"""Register promotion, vector chunks, SIMD exp and the fast LLVM pipeline vs -O3, against numpy."""
+"""Register promotion, vector chunks, SIMD exp and the fast LLVM pipeline vs -O3, against numpy
+(hand-written nests go through the promote and vector_chunks passes first, as lowered ones do:
+``tests.loopir.prepared``; the chunk widths themselves are tested in test_passes.py)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from tests.loopir import SERIAL, UNROLLED, VECTORIZED, buf, c, ld, loop, rand, rng, run, st
+from tests.loopir import SERIAL, UNROLLED, VECTORIZED, buf, c, ld, loop, prepared, rand, rng, run, st
 from tensorir.runtime import llvm as runtime
 from tensorir.target import Target
 from tensorir.runtime import compile_func
@@ -61,7 +63,7 @@ def test_promoted_reductions_match_numpy_on_both_pipelines(vec):
     x = rand(f.params[0].shape)
     for cfg in (runtime.OptConfig(pipeline="fast"), runtime.OptConfig(pipeline="default")):
         a = np.full(f.params[1].shape, 7.0, np.float32)
-        compile_func(f, cfg)(x, a)
+        compile_func(prepared(f), cfg)(x, a)
         np.testing.assert_allclose(a, x.sum(1), rtol=1e-5, atol=1e-5)
 
 
@@ -78,7 +80,7 @@ def test_masked_register_tile_keeps_masked_lanes():
     a = rand(16)
     for cfg in (runtime.OptConfig(pipeline="fast"), runtime.OptConfig(pipeline="default")):
         o = np.zeros(16, np.float32)
-        compile_func(f, cfg)(a, o)
+        compile_func(prepared(f), cfg)(a, o)
         expect = np.full(16, 5.0, np.float32)
         expect[:11] += a[:11]
         np.testing.assert_allclose(o, expect, rtol=1e-6)
@@ -106,18 +108,6 @@ def test_fast_and_default_pipelines_agree_on_a_tiled_matmul():
 def test_opt_config_rejects_unknown_pipeline():
     with pytest.raises(ValueError, match="pipeline"):
         runtime.OptConfig(pipeline="O7")
-
-
-def test_vector_chunks_cover_the_extent_with_power_of_two_pieces():
-    from tensorir.codegen.function import vector_chunks
-    assert vector_chunks(32, 16) == [(0, 32)]
-    assert vector_chunks(48, 16) == [(0, 16), (16, 16), (32, 16)]
-    assert vector_chunks(58, 16) == [(0, 16), (16, 16), (32, 16), (48, 8), (56, 2)]
-    assert vector_chunks(7, 8) == [(0, 4), (4, 2), (6, 1)]
-    for n in range(1, 70):
-        chunks = vector_chunks(n, 8)
-        assert [o for o, _ in chunks] == list(np.cumsum([0] + [w for _, w in chunks[:-1]]))
-        assert sum(w for _, w in chunks) == n and all(w & (w - 1) == 0 for _, w in chunks)
 
 
 @pytest.mark.parametrize("n", [23, 48, 58])
@@ -239,5 +229,5 @@ def test_accumulator_tiles_are_promoted_around_invariant_loops_and_repeated_bodi
     want = a + x.sum((0, 1))
     for cfg in (runtime.OptConfig(pipeline="fast"), runtime.OptConfig(pipeline="default")):
         o = a.copy()
-        compile_func(PrimFunc("tiles", (X, acc), nest), cfg)(x, o)
+        compile_func(prepared(PrimFunc("tiles", (X, acc), nest)), cfg)(x, o)
         np.testing.assert_allclose(o, want, rtol=1e-5, atol=1e-5)

@@ -43,11 +43,11 @@ class Candidates:
         if src is None:
             src = OptunaDecisions(trial) if trial is not None else FixedDecisions(decisions or {})
         cand = Candidate(trial, {})
-        cand.schedule, cand.func, cand.error = replay_and_lower(lambda: self.space.apply(src))
+        cand.schedule, cand.func, scheduled, cand.error = replay_and_lower(lambda: self.space.apply(src))
         cand.decisions = dict(src.decisions)
         cand.choices = dict(src.choices)
-        if cand.func is not None:
-            cand.features = extract_features(cand.func)
+        if cand.func is not None:     # features read the schedule's own nest, before codegen's passes
+            cand.features = extract_features(scheduled)
         return cand
 
     def default(self) -> Candidate | None:

@@ -221,21 +221,25 @@ def _fail(kind: str, msg, func=None, **kw) -> MeasureResult:
 
 
 def replay_and_lower(replay) -> tuple:
-    """``(schedule, func, None)``: the schedule ``replay()`` builds and its lowering; or ``(schedule or None,
-    None, failure)``, a failed result of kind ``"schedule"`` (``replay()`` raised) or ``"lower"``.  Never
-    raises: the one place where the measurer and the tuner's candidates classify these failures."""
+    """``(schedule, func, scheduled, None)``: the schedule ``replay()`` builds, the loop nest code
+    generation compiles and the schedule's own nest before the code-generation passes (what the
+    cost model's features read); or ``(schedule or None, None, None, failure)``, a failed result of
+    kind ``"schedule"`` (``replay()`` raised) or ``"lower"``.  Never raises: the one place where the
+    measurer and the tuner's candidates classify these failures."""
+    from schedules.lowering import SCHEDULED
     try:
         sch = replay()
     except ScheduleError as err:
-        return None, None, _fail(ErrorKind.SCHEDULE, err)
+        return None, None, None, _fail(ErrorKind.SCHEDULE, err)
     except Exception as err:  # noqa: BLE001 - a bug in a primitive still only sinks this candidate
-        return None, None, _fail(ErrorKind.SCHEDULE, f"{type(err).__name__}: {err}")
+        return None, None, None, _fail(ErrorKind.SCHEDULE, f"{type(err).__name__}: {err}")
     try:
-        return sch, sch.lower(), None
+        steps = sch.lower_steps()
+        return sch, steps[-1][1], dict(steps)[SCHEDULED], None
     except ScheduleError as err:
-        return sch, None, _fail(ErrorKind.LOWER, err)
+        return sch, None, None, _fail(ErrorKind.LOWER, err)
     except Exception as err:  # noqa: BLE001
-        return sch, None, _fail(ErrorKind.LOWER, f"{type(err).__name__}: {err}")
+        return sch, None, None, _fail(ErrorKind.LOWER, f"{type(err).__name__}: {err}")
 
 
 def prepare(tensors, candidate) -> PrimFunc | MeasureResult:
@@ -263,7 +267,7 @@ def prepare(tensors, candidate) -> PrimFunc | MeasureResult:
         if not isinstance(candidate, (dict, str, Schedule)):
             return _fail(ErrorKind.SCHEDULE, f"cannot measure a {type(candidate).__name__}; expected a Schedule, "
                          "a trace dict or JSON text, or a PrimFunc")
-        _, func, failure = replay_and_lower(
+        _, func, _, failure = replay_and_lower(
             lambda: candidate if isinstance(candidate, Schedule) else Schedule.from_json(tensors, candidate))
         if failure is not None:
             return failure

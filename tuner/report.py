@@ -58,6 +58,7 @@ def report(log_paths=None, workload: str | None = None, params=(), top: int = 3,
     from logs import TuningLog, default_log_paths, describe_target
     from schedules import Schedule
     from schedules.errors import ScheduleError
+    from schedules.lowering import SCHEDULED
 
     from .spec import WorkloadSpec
     paths = [str(p) for p in (log_paths or default_log_paths())]
@@ -98,7 +99,7 @@ def report(log_paths=None, workload: str | None = None, params=(), top: int = 3,
             continue
         try:
             sch = Schedule.from_json(spec.tensors(), best[0].trace)
-            func = sch.lower()
+            func = sch.lower(until=SCHEDULED)     # the schedule's nest, before codegen's passes
         except ScheduleError as err:
             out.append(f"   best trace no longer replays: {err}")
             continue

@@ -20,6 +20,7 @@ def pretrain_from_log(model, log, exclude_key: str, target: dict, limit: int = 2
     from cost_model import extract_features
     from logs import target_key
     from schedules import Schedule
+    from schedules.lowering import SCHEDULED
     want = target_key(target)[:2]
     by_workload: dict = {}
     for rec in reversed(log.read(warn=False).records):   # (the run already warned about skipped lines)
@@ -35,7 +36,7 @@ def pretrain_from_log(model, log, exclude_key: str, target: dict, limit: int = 2
         try:
             if spec is None:
                 spec = specs[rec.workload_key] = WorkloadSpec(rec.workload_name, dict(rec.workload_params))
-            func = Schedule.from_json(spec.tensors(), rec.trace).lower()
+            func = Schedule.from_json(spec.tensors(), rec.trace).lower(until=SCHEDULED)
         except Exception:  # noqa: BLE001 - an old or foreign record only loses its transfer value
             continue
         feats.append(extract_features(func))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from tensorir.tir.ir import Buffer
-from tensorir.codegen.types import I64, LLTYPE, CodegenError, _is_scalar_const, strides
+from tensorir.codegen.types import I64, LLTYPE, CodegenError, is_scalar_const, strides
 
 
 class Addressing:
@@ -25,7 +25,7 @@ class Addressing:
         total, folded = None, 0
         for idx, stride in zip(indices, strides(buf)):
             v = self.expr(idx)
-            if _is_scalar_const(v):
+            if is_scalar_const(v):
                 folded += v.constant * stride
                 continue
             if hoist:   # share sext(i) * stride between accesses

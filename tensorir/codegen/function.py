@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 from llvmlite import ir
 
 from tensorir.te.expr import (COMPARE_OPS, FLOAT_DTYPES, Binary, BinOp, Cast, Const, Select, Unary, UnOp,
-                   Var, children)
-from tensorir.tir.ir import Allocate, For, ForKind, IfThenElse, Load, PrimFunc, Scope, Seq, Store, walk_stmts
-from tensorir.codegen.types import (_ITEMSIZE, F32, F64, FP_FLAGS, I1, I32, I64, LLTYPE, PTR, VOID, CodegenError,
-                         _is_scalar_const, _splat, scoped, type_suffix)
+                   Var)
+from tensorir.tir.ir import Allocate, For, ForKind, IfThenElse, Load, Scope, Seq, Store, is_simd_loop
+from tensorir.codegen.types import (ITEMSIZE, F32, FP_FLAGS, I1, I32, I64, LLTYPE, PTR, VOID, CodegenError,
+                         is_scalar_const, splat, scoped, type_suffix)
 from tensorir.codegen.address import Addressing
 from tensorir.codegen.simd_math import vector_exp, vector_log, vector_tanh
 from tensorir.codegen.vector import VectorContext
@@ -22,7 +22,6 @@ from tensorir.codegen.safety import ALLOC_ALIGN, Safety, is_heap
 if TYPE_CHECKING:
     from tensorir.codegen.module import ModuleGen
 
-MAX_VECTOR_LANES = 256          # wider VECTORIZED loops become serial (LLVM may still vectorize)
 
 _ICMP = {BinOp.LT: "<", BinOp.LE: "<=", BinOp.GT: ">", BinOp.GE: ">=", BinOp.EQ: "==", BinOp.NE: "!="}
 _FLOAT_BINOPS = {BinOp.ADD: "fadd", BinOp.SUB: "fsub", BinOp.MUL: "fmul", BinOp.DIV: "fdiv"}
@@ -176,7 +175,7 @@ class FunctionGen(Addressing, ParallelRegions, Safety):
             return
         value = self.expr(s.value)
         self.check_access(s.buffer, s.indices, "store")
-        self.b.store(value, self.address(s.buffer, s.indices), align=_ITEMSIZE[s.buffer.dtype])
+        self.b.store(value, self.address(s.buffer, s.indices), align=ITEMSIZE[s.buffer.dtype])
 
     def loop(self, s: For) -> None:
         if s.extent <= 0:
@@ -186,15 +185,8 @@ class FunctionGen(Addressing, ParallelRegions, Safety):
                 with scoped(self.vars, s.var.name, self.mod.i32(k)):
                     self.stmt(s.body)
             return
-        if s.kind is ForKind.VECTORIZED and self.vec is None and s.extent <= MAX_VECTOR_LANES \
-                and _vectorizable(s.body):
-            for off, lanes in vector_chunks(s.extent, self.native_lanes()):
-                body = s.body if off == 0 else _shift_var(s.body, s.var, off)
-                if lanes == 1:      # a last odd lane: plain scalar code
-                    with scoped(self.vars, s.var.name, self.mod.i32(0)):
-                        self.stmt(body)
-                else:
-                    VectorContext(self, For(s.var, lanes, s.kind, body)).emit()
+        if self.vec is None and is_simd_loop(s):   # (widths lowering's vector_chunks pass chose)
+            VectorContext(self, s).emit()
             return
         if self._outlined(s):
             self.parallel([s])
@@ -206,9 +198,6 @@ class FunctionGen(Addressing, ParallelRegions, Safety):
         """Does ``s`` run on the thread team (a parallel loop not nested in another)?"""
         return (isinstance(s, For) and s.kind is ForKind.PARALLEL and s.extent > 1
                 and not self.in_parallel and self.vec is None)
-
-    def native_lanes(self) -> int:
-        return max(4, self.mod.target.lanes32)
 
     def serial_loop(self, name, start, end, body, known_nonempty=False) -> None:
         """``for name in range(start, end)`` as a rotated loop with an i64 counter.
@@ -284,12 +273,12 @@ class FunctionGen(Addressing, ParallelRegions, Safety):
     # -------------------------------------------------------- vector plumbing
     def const_like(self, like, value, scalar_ty):
         if isinstance(like.type, ir.VectorType):
-            return _splat(scalar_ty, value, like.type.count)
+            return splat(scalar_ty, value, like.type.count)
         return ir.Constant(scalar_ty, value)
 
     def broadcast(self, v, lanes: int):
         if isinstance(v, ir.Constant):
-            return _splat(v.type, v.constant, lanes)
+            return splat(v.type, v.constant, lanes)
         vty = ir.VectorType(v.type, lanes)
         poison = _Poison(vty)
         one = self.b.insert_element(poison, v, ir.Constant(I32, 0))
@@ -318,7 +307,7 @@ class FunctionGen(Addressing, ParallelRegions, Safety):
                 return self.vec.load(e)
             self.check_access(e.buffer, e.indices, "load")
             return self.b.load(self.address(e.buffer, e.indices), typ=LLTYPE[e.dtype],
-                               align=_ITEMSIZE[e.dtype])
+                               align=ITEMSIZE[e.dtype])
         if not isinstance(e, (Binary, Unary, Cast, Select)):
             raise CodegenError(f"cannot generate code for expression {e!r}")
         if self.mod.unsafe(e):
@@ -477,8 +466,8 @@ class FunctionGen(Addressing, ParallelRegions, Safety):
 
 def _fold_int(op, a, b):
     """Fold i32 +, -, * when the result is known (keeps unrolled code small)."""
-    ca = a.constant if _is_scalar_const(a) else None
-    cb = b.constant if _is_scalar_const(b) else None
+    ca = a.constant if is_scalar_const(a) else None
+    cb = b.constant if is_scalar_const(b) else None
     if ca is not None and cb is not None and op in (BinOp.ADD, BinOp.SUB, BinOp.MUL):
         r = {BinOp.ADD: ca + cb, BinOp.SUB: ca - cb, BinOp.MUL: ca * cb}[op]
         if -2 ** 31 <= r < 2 ** 31:
@@ -491,37 +480,3 @@ def _fold_int(op, a, b):
     if op is BinOp.MUL and (ca == 0 or cb == 0):
         return ir.Constant(I32, 0) if not isinstance(a.type, ir.VectorType) else None
     return None
-
-
-def vector_chunks(extent: int, native: int) -> list:
-    """``[(offset, lanes)]`` covering ``range(extent)`` with vector widths LLVM handles well.
-
-    A power-of-two extent stays one vector (LLVM splits it into registers);
-    any other is cut into ``native``-lane pieces plus power-of-two remainders
-    (48 -> 16+16+16, 58 -> 16+16+16+8+2): LLVM legalizes a ``<48 x float>``
-    into element-by-element inserts, many times slower.
-    """
-    if extent & (extent - 1) == 0:
-        return [(0, extent)]
-    out, off = [], 0
-    while extent - off >= native:
-        out.append((off, native))
-        off += native
-    while off < extent:
-        lanes = 1 << ((extent - off).bit_length() - 1)
-        out.append((off, lanes))
-        off += lanes
-    return out
-
-
-def _shift_var(body, var: Var, off: int):
-    """``body`` with ``var`` replaced by ``var + off``."""
-    from tensorir.tir.rewrite import rewrite_stmt, substitute
-    shifted = {var: Binary(BinOp.ADD, var, Const(off, "int32"))}
-    return rewrite_stmt(body, lambda e: substitute(e, shifted))
-
-
-def _vectorizable(body) -> bool:
-    """A vector body may hold only unrolled (or trivial) loops."""
-    return all(not isinstance(s, For) or s.kind is ForKind.UNROLLED or s.extent <= 1
-               for s in walk_stmts(body))

@@ -12,7 +12,12 @@ failure site (a heap allocation, or in checked builds an access out of bounds; s
   nested ones run serially);
 * ``VECTORIZED``: the body is emitted once with ``extent``-lane LLVM vectors
   (:mod:`tensorir.codegen.vector`); bodies holding non-unrolled loops (and
-  extents above ``MAX_VECTOR_LANES``) fall back to a serial loop.
+  extents above ``tensorir.tir.ir.MAX_SIMD_LANES``) fall back to a serial loop.
+
+Code generation compiles exactly the function it is given: register promotion
+and the cutting of vector loops into native-width pieces are lowering passes
+(``tensorir.tir.transform.promote``, ``tensorir.tir.transform.vector_chunks``;
+the pipeline is ``schedules.lowering.PASSES``).
 
 Pure index arithmetic is hoisted to the outermost loop header where its
 variables are bound and shared between accesses (:meth:`FunctionGen.hoisted`),
@@ -31,9 +36,9 @@ from tensorir.codegen.safety import emit_tables
 from tensorir.codegen.types import I32, PTR, VOID, CodegenError
 from tensorir.target import Target
 from tensorir.te.expr import Binary, BinOp, Const, Var, children
+from tensorir.tir.analysis.affine import affine
 from tensorir.tir.ir import Load
 from tensorir.tir.ir import PrimFunc, Scope
-from tensorir.tir.transform.promote import promote
 
 
 def codegen(func: PrimFunc, target: Target | None = None, checked: bool = False) -> ir.Module:
@@ -44,7 +49,8 @@ def codegen(func: PrimFunc, target: Target | None = None, checked: bool = False)
     func : PrimFunc
         The loop-nest function.  Its parameters must have scope PARAM.
     target : Target, optional
-        The CPU the code is for (its vector width sets the vector chunk sizes); default: the host.
+        The CPU the code is for; default: the host.  (Lowering already cut vector
+        loops to its vector width.)
     checked : bool
         Check every load and store index against its buffer's extents (an
         access out of bounds fails the call instead of touching memory).
@@ -71,7 +77,7 @@ def codegen(func: PrimFunc, target: Target | None = None, checked: bool = False)
         fg.bufs[buf] = arg
     fn.args[-1].name = "num_threads"
     fg.num_threads = fn.args[-1]
-    fg.emit_body(promote(func.body))
+    fg.emit_body(func.body)
     emit_tables(gen)
     gen.module.uses_openmp = "GOMP_parallel" in gen.module.globals
     return gen.module
@@ -173,9 +179,10 @@ class ModuleGen:
     def affine(self, e):
         """``e`` as ``({key: coef}, const, atoms)``: a sum of loop variables and opaque atoms.
 
-        Keys are variable names (str) or atom identities (int, see :meth:`canon`);
-        ``atoms`` maps the latter to their (non-linear, load-free) expressions.
-        Returns None when ``e`` reads memory.  Memoized by identity.
+        The affine form of :func:`tensorir.tir.analysis.affine.affine`, keyed for
+        codegen: variables by name (str), other atoms by identity (int, see
+        :meth:`canon`); ``atoms`` maps the latter to their (non-linear, load-free)
+        expressions.  Returns None when ``e`` reads memory.  Memoized by identity.
         """
         hit = self._memo.get(("affine", id(e)))
         if hit is None:
@@ -183,30 +190,18 @@ class ModuleGen:
         return hit[0]
 
     def _affine(self, e):
-        if isinstance(e, Const):
-            return {}, int(e.value), {}
-        if isinstance(e, Var):
-            return {e.name: 1}, 0, {}
-        if self.unsafe(e):
+        if not isinstance(e, (Const, Var)) and self.unsafe(e):
             return None
-        if isinstance(e, Binary) and e.op in (BinOp.ADD, BinOp.SUB):
-            la, lb = self.affine(e.a), self.affine(e.b)
-            if la is not None and lb is not None:
-                sign = 1 if e.op is BinOp.ADD else -1
-                coefs = dict(la[0])
-                for k, c in lb[0].items():
-                    coefs[k] = coefs.get(k, 0) + sign * c
-                return ({k: c for k, c in coefs.items() if c}, la[1] + sign * lb[1],
-                        {**la[2], **lb[2]})
-        if isinstance(e, Binary) and e.op is BinOp.MUL:
-            for x, y in ((e.a, e.b), (e.b, e.a)):
-                if isinstance(y, Const):
-                    lx = self.affine(x)
-                    if lx is not None:
-                        c = int(y.value)
-                        return ({k: v * c for k, v in lx[0].items() if v * c}, lx[1] * c, lx[2])
-        key = self.canon(e)
-        return {key: 1}, 0, {key: e}
+        form = affine(e)
+        coefs, atoms = {}, {}
+        for t, c in form.terms.items():
+            if isinstance(t, Var):
+                key = t.name
+            else:
+                key = self.canon(t)
+                atoms[key] = t
+            coefs[key] = c
+        return coefs, form.const, atoms
 
     def unsafe(self, e) -> bool:
         """Whether evaluating ``e`` speculatively could fault."""

@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
-from tensorir.codegen.types import F32, FP_FLAGS, I1, I32, _splat, type_suffix
+from tensorir.codegen.types import F32, FP_FLAGS, I32, splat
 
 if TYPE_CHECKING:
     from tensorir.codegen.function import FunctionGen
@@ -22,7 +22,7 @@ def vector_exp(fg: FunctionGen, x):
     range; ``inf`` above 88.72, ``0`` below -103.98, NaN stays NaN.
     """
     b, n = fg.b, x.type.count
-    f = lambda v: _splat(F32, v, n)                     # noqa: E731
+    f = lambda v: splat(F32, v, n)                     # noqa: E731
     i32 = lambda v: ir.Constant(ir.VectorType(I32, n), [v] * n)   # noqa: E731
     fl = dict(flags=FP_FLAGS)
     hi, lo = f(88.72283935546875), f(-103.97208404541016)
@@ -58,7 +58,7 @@ def vector_tanh(fg: FunctionGen, x):
     tanh in tests/test_promote.py (which allows 3).
     """
     b, n = fg.b, x.type.count
-    f = lambda v: _splat(F32, v, n)                     # noqa: E731
+    f = lambda v: splat(F32, v, n)                     # noqa: E731
     fl = dict(flags=FP_FLAGS)
     a = fg.call_intrinsic(f"llvm.fabs.v{n}f32", x.type, [x])
     e = vector_exp(fg, b.fmul(a, f(2.0), **fl))
@@ -82,7 +82,7 @@ def vector_log(fg: FunctionGen, x):
     """
     b, n = fg.b, x.type.count
     vty, ity = x.type, ir.VectorType(I32, n)
-    f = lambda v: _splat(F32, v, n)                     # noqa: E731
+    f = lambda v: splat(F32, v, n)                     # noqa: E731
     i32 = lambda v: ir.Constant(ity, [v] * n)            # noqa: E731
     fl = dict(flags=FP_FLAGS)
     den = b.fcmp_ordered("<", x, f(1.1754943508222875e-38))

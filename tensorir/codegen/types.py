@@ -6,6 +6,7 @@ import math
 
 from llvmlite import ir
 
+from tensorir.te.expr import DTYPE_BYTES
 from tensorir.tir.ir import Buffer
 
 
@@ -14,7 +15,7 @@ F32, F64 = ir.FloatType(), ir.DoubleType()
 PTR = ir.PointerType()
 VOID = ir.VoidType()
 LLTYPE = {"float32": F32, "float64": F64, "int32": I32, "bool": I1}
-_ITEMSIZE = {"float32": 4, "float64": 8, "int32": 4, "bool": 1}
+ITEMSIZE = DTYPE_BYTES          # element sizes, which are also the alignments of loads and stores
 FP_FLAGS = ("contract",)        # lets LLVM fuse a*b+c into an FMA, nothing else
 
 
@@ -22,12 +23,12 @@ class CodegenError(ValueError):
     """The loop IR cannot be compiled (unbound variable, type mismatch, ...)."""
 
 
-def _splat(ty, value, lanes: int) -> ir.Constant:
+def splat(ty, value, lanes: int) -> ir.Constant:
     zero = value == 0 and math.copysign(1.0, value) > 0      # not -0.0
     return ir.Constant(ir.VectorType(ty, lanes), None if zero else [value] * lanes)
 
 
-def _is_scalar_const(v) -> bool:
+def is_scalar_const(v) -> bool:
     return isinstance(v, ir.Constant) and not isinstance(v.type, ir.VectorType)
 
 

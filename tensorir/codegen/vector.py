@@ -10,24 +10,13 @@ from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
-from tensorir.codegen.types import scoped, type_suffix, _ITEMSIZE, F32, FP_FLAGS, I1, I32, I64, LLTYPE, PTR, VOID, _splat, strides
-from tensorir.te.expr import Binary, BinOp, Const, Var
+from tensorir.codegen.types import ITEMSIZE, I1, I32, I64, LLTYPE, PTR, VOID, scoped, strides, type_suffix
+from tensorir.te.expr import Const, Var
+from tensorir.tir.analysis.affine import Affine, affine
 from tensorir.tir.ir import Buffer, For, IfThenElse, Load, Store
 
 if TYPE_CHECKING:
     from tensorir.codegen.function import FunctionGen
-
-
-def _add(a, b):
-    if a is None or b is None:
-        return b if a is None else a
-    return Binary(BinOp.ADD, a, b)
-
-
-def _sub(a, b):
-    if b is None:
-        return a
-    return Binary(BinOp.SUB, Const(0, "int32") if a is None else a, b)
 
 
 class VectorContext:
@@ -62,8 +51,10 @@ class VectorContext:
         """``(c, rest)`` with ``e == c*var + rest`` and ``rest`` free of var (None = 0).
 
         Returns None when ``e`` is not linear in the loop variable with a
-        constant coefficient; other sub-terms are treated as opaque.  Memoized
-        so repeated accesses share ``rest`` nodes (and their cached values).
+        constant coefficient.  The affine form of
+        :func:`tensorir.tir.analysis.affine.affine`, with every sub-expression
+        free of the variable kept whole (an atom).  Memoized so repeated
+        accesses share ``rest`` nodes (and their cached values).
         """
         memo = self.fg.mod.linear_memo
         key = (self.var, id(e))
@@ -72,26 +63,21 @@ class VectorContext:
         return memo[key][0]
 
     def _linear(self, e):
-        if not self.fg.mod.uses_var(e, self.var):
+        mod, var = self.fg.mod, self.var
+        if not mod.uses_var(e, var):
             return 0, e
-        if isinstance(e, Var):
-            return 1, None
-        if isinstance(e, Binary) and e.op in (BinOp.ADD, BinOp.SUB):
-            la, lb = self.linear(e.a), self.linear(e.b)
-            if la is None or lb is None:
-                return None
-            if e.op is BinOp.ADD:
-                return la[0] + lb[0], _add(la[1], lb[1])
-            return la[0] - lb[0], _sub(la[1], lb[1])
-        if isinstance(e, Binary) and e.op is BinOp.MUL:
-            for x, y in ((e.a, e.b), (e.b, e.a)):
-                if isinstance(y, Const):
-                    lx = self.linear(x)
-                    if lx is None:
-                        return None
-                    rest = None if lx[1] is None else Binary(BinOp.MUL, lx[1], y)
-                    return lx[0] * y.value, rest
-        return None
+        form = affine(e, atom=lambda n: not mod.uses_var(n, var))
+        coef, rest = 0, {}
+        for t, c in form.terms.items():
+            if isinstance(t, Var) and t.name == var:
+                coef += c
+            elif mod.uses_var(t, var):
+                return None         # the variable inside a non-linear term
+            else:
+                rest[t] = c
+        if not rest and not form.const:
+            return coef, None
+        return coef, Affine(rest, form.const).to_expr()
 
     def access(self, buf: Buffer, indices):
         """Classify ``buf[indices]``: ("scalar", ptr), ("contig", ptr), ("local", ptr) or ("gather", ptrs).
@@ -171,7 +157,7 @@ class VectorContext:
     # -------------------------------------------------------- memory
     def load(self, e: Load):
         fg = self.fg
-        elt, align = LLTYPE[e.dtype], _ITEMSIZE[e.dtype]
+        elt, align = LLTYPE[e.dtype], ITEMSIZE[e.dtype]
         vty = ir.VectorType(elt, self.lanes)
         fg.check_access(e.buffer, e.indices, "load")     # checked builds only: the enabled lanes
         kind, ptr = self.access(e.buffer, e.indices)
@@ -198,7 +184,7 @@ class VectorContext:
 
     def store(self, s: Store) -> None:
         fg = self.fg
-        elt, align = LLTYPE[s.buffer.dtype], _ITEMSIZE[s.buffer.dtype]
+        elt, align = LLTYPE[s.buffer.dtype], ITEMSIZE[s.buffer.dtype]
         value = fg.expr(s.value)
         fg.check_access(s.buffer, s.indices, "store")    # checked builds only: the enabled lanes
         kind, ptr = self.access(s.buffer, s.indices)

@@ -13,6 +13,12 @@ from dataclasses import dataclass
 
 DTYPES = ("float32", "float64", "int32", "bool")
 FLOAT_DTYPES = ("float32", "float64")
+DTYPE_BYTES = {"float32": 4, "float64": 8, "int32": 4, "bool": 1}   # bytes of one element in memory
+
+
+def itemsize(dtype: str) -> int:
+    """Bytes of one element of ``dtype`` (one of :data:`DTYPES`)."""
+    return DTYPE_BYTES[dtype]
 
 
 class ExprError(TypeError):

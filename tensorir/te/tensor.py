@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import enum
 import inspect
+import math
 from dataclasses import dataclass, field
 
 from tensorir.te import expr as E
-from tensorir.te.expr import (Binary, Const, Expr, ExprError, Select, UnOp, Var,
+from tensorir.te.expr import (Binary, BinOp, Const, Expr, ExprError, Select, UnOp, Var,
                    as_expr, cast, const, select)
 
 
@@ -68,6 +69,21 @@ class Reducer(enum.Enum):
     SUM = "sum"
     MAX = "max"
     MIN = "min"
+
+    def identity(self, dtype: str) -> Const:
+        """The reduction's identity element: 0, or the lowest / highest value of ``dtype``."""
+        if self is Reducer.SUM:
+            return const(0, dtype)
+        big = math.inf if dtype != "int32" else 2 ** 31 - 1
+        if self is Reducer.MAX:
+            return const(-big if dtype != "int32" else -(2 ** 31), dtype)
+        return const(big, dtype)
+
+    def combine(self, acc: Expr, x: Expr) -> Expr:
+        """One reduction step: ``acc + x``, ``max(acc, x)`` or ``min(acc, x)``."""
+        if self is Reducer.SUM:
+            return Binary(BinOp.ADD, acc, x)
+        return Binary(BinOp.MAX if self is Reducer.MAX else BinOp.MIN, acc, x)
 
 
 @dataclass(frozen=True, slots=True, repr=False)

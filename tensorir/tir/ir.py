@@ -10,8 +10,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from tensorir.te.expr import Expr, Var
-from tensorir.te.expr import expr_str
+from tensorir.te.expr import Expr, Var, expr_str, itemsize
 
 
 class Scope(enum.Enum):
@@ -36,7 +35,7 @@ class Buffer:
 
     @property
     def nbytes(self) -> int:
-        return self.size * (4 if self.dtype in ("float32", "int32") else 8 if self.dtype == "float64" else 1)
+        return self.size * itemsize(self.dtype)
 
 
 @dataclass(frozen=True, slots=True, repr=False)
@@ -61,8 +60,14 @@ class Load(Expr):
 class ForKind(enum.Enum):
     SERIAL = "serial"
     PARALLEL = "parallel"        # iterations split across threads (static chunks)
-    VECTORIZED = "vectorized"    # one SIMD instruction per statement, lanes = extent
+    VECTORIZED = "vectorized"    # one SIMD instruction per statement, lanes = extent (see is_simd_loop)
     UNROLLED = "unrolled"        # body emitted `extent` times
+
+
+# Code generation emits a VECTORIZED loop of at most this many lanes as SIMD code; wider ones run
+# serially (LLVM's legalization of very wide vectors is slow).  Schedules stay far below it: the
+# widest loop a schedule may vectorize is schedules.lowering.checks.MAX_VECTOR_LANES.
+MAX_SIMD_LANES = 256
 
 
 class Stmt:
@@ -182,3 +187,10 @@ def stmt_str(s) -> str:
 def func_str(f) -> str:
     params = ", ".join(f"{b.name}: {b.dtype}{list(b.shape)}" for b in f.params)
     return "\n".join([f"def {f.name}({params}):"] + stmt_lines(f.body, 1))
+def is_simd_loop(s: Stmt) -> bool:
+    """Whether code generation emits ``s`` as SIMD code: a VECTORIZED loop of 2 to
+    :data:`MAX_SIMD_LANES` lanes whose body holds only unrolled (or single-iteration) loops.
+    Other VECTORIZED loops run as serial loops."""
+    return (isinstance(s, For) and s.kind is ForKind.VECTORIZED and 1 < s.extent <= MAX_SIMD_LANES
+            and all(not isinstance(x, For) or x.kind is ForKind.UNROLLED or x.extent <= 1
+                    for x in walk_stmts(s.body)))

@@ -1,0 +1,4 @@
+"""Analyses of loop-IR expressions: the affine form of an index (:mod:`.affine`) and integer
+bounds from variable ranges (:mod:`.bounds`)."""
+from tensorir.tir.analysis.affine import Affine, affine, coefficient, mentions  # noqa: F401
+from tensorir.tir.analysis.bounds import Ranges, int_range, linear_range  # noqa: F401

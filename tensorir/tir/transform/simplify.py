@@ -1,7 +1,8 @@
 """Index simplification with variable ranges (a small cousin of TVM's arith::Analyzer).
 
 Integer expressions are put in a canonical *linear form* ``sum(coeff * term) + const``
-where a term is a variable or an irreducible sub-expression.  Floor division and
+(:mod:`tensorir.tir.analysis.affine`) where a term is a variable or an irreducible
+sub-expression.  Floor division and
 modulo by a positive constant are resolved using variable ranges, so that after
 ``split`` the index ``(i0 * 16 + i1) // 16`` becomes ``i0`` when ``0 <= i1 < 16``.
 Comparisons that the ranges decide fold to constants, which removes guards.
@@ -10,141 +11,21 @@ from __future__ import annotations
 
 import math
 
-from tensorir.te.expr import (Binary, BinOp, Cast, Const, Expr, Select, Unary, UnOp, Var, const)
+from tensorir.te.expr import Binary, BinOp, Cast, Const, Expr, Select, Unary, UnOp, Var, const
+from tensorir.tir.analysis.affine import Affine, affine
+from tensorir.tir.analysis.bounds import Ranges, int_range, linear_range
+from tensorir.tir.ir import Allocate, For, IfThenElse, PrimFunc, Seq, Store
 
-# A range is an inclusive integer interval (lo, hi); ``None`` means unknown.
-Ranges = dict  # Var -> (lo, hi)
-
-
-# ------------------------------------------------------------------ linear forms
-
-class Linear:
-    """``sum(coeff * term) + const`` with integer coefficients (terms are Exprs)."""
-
-    __slots__ = ("terms", "const")
-
-    def __init__(self, terms=None, c: int = 0):
-        self.terms = terms if terms is not None else {}
-        self.const = c
-
-    def add(self, other: "Linear", scale: int = 1) -> "Linear":
-        terms = dict(self.terms)
-        for t, c in other.terms.items():
-            v = terms.get(t, 0) + c * scale
-            if v:
-                terms[t] = v
-            else:
-                terms.pop(t, None)
-        return Linear(terms, self.const + other.const * scale)
-
-    def scale(self, k: int) -> "Linear":
-        if k == 0:
-            return Linear()
-        return Linear({t: c * k for t, c in self.terms.items()}, self.const * k)
-
-    def to_expr(self) -> Expr:
-        out = None
-        for t, c in self.terms.items():
-            if c == 1:
-                e = t
-            elif c == -1 and out is not None:
-                out = Binary(BinOp.SUB, out, t)
-                continue
-            else:
-                e = Binary(BinOp.MUL, t, const(c))
-            out = e if out is None else Binary(BinOp.ADD, out, e)
-        if out is None:
-            return const(self.const)
-        if self.const > 0:
-            return Binary(BinOp.ADD, out, const(self.const))
-        if self.const < 0:
-            return Binary(BinOp.SUB, out, const(-self.const))
-        return out
-
-
-def _lin(e: Expr) -> Linear:
-    if isinstance(e, Const):
-        return Linear({}, int(e.value))
-    if isinstance(e, Binary):
-        if e.op is BinOp.ADD:
-            return _lin(e.a).add(_lin(e.b))
-        if e.op is BinOp.SUB:
-            return _lin(e.a).add(_lin(e.b), -1)
-        if e.op is BinOp.MUL:
-            la, lb = _lin(e.a), _lin(e.b)
-            if not lb.terms:
-                return la.scale(lb.const)
-            if not la.terms:
-                return lb.scale(la.const)
-    return Linear({e: 1}, 0)
-
-
-# ----------------------------------------------------------------------- ranges
-
-def _mul_range(r, k):
-    lo, hi = r[0] * k, r[1] * k
-    return (min(lo, hi), max(lo, hi))
-
-
-def int_range(e: Expr, ranges: Ranges):
-    """Inclusive (lo, hi) bounds of integer expression ``e``, or None if unknown."""
-    if isinstance(e, Const):
-        v = int(e.value)
-        return (v, v)
-    if isinstance(e, Var):
-        return ranges.get(e)
-    if isinstance(e, Binary):
-        if e.op in (BinOp.ADD, BinOp.SUB, BinOp.MUL):
-            lin = _lin(e)
-            if len(lin.terms) != 1 or next(iter(lin.terms)) is not e:
-                return linear_range(lin, ranges)
-            ra, rb = int_range(e.a, ranges), int_range(e.b, ranges)
-            if ra is None or rb is None:
-                return None
-            ps = [ra[0] * rb[0], ra[0] * rb[1], ra[1] * rb[0], ra[1] * rb[1]]
-            return (min(ps), max(ps))
-        ra = int_range(e.a, ranges)
-        rb = int_range(e.b, ranges)
-        if e.op is BinOp.FLOORDIV and rb is not None and rb[0] == rb[1] and rb[0] > 0:
-            if ra is None:
-                return None
-            return (ra[0] // rb[0], ra[1] // rb[0])
-        if e.op is BinOp.MOD and rb is not None and rb[0] == rb[1] and rb[0] > 0:
-            if ra is not None and ra[0] // rb[0] == ra[1] // rb[0]:
-                return (ra[0] % rb[0], ra[1] % rb[0])
-            return (0, rb[0] - 1)
-        if e.op in (BinOp.MIN, BinOp.MAX) and ra is not None and rb is not None:
-            f = min if e.op is BinOp.MIN else max
-            return (f(ra[0], rb[0]), f(ra[1], rb[1]))
-        return None
-    if isinstance(e, Select):
-        rt, rf = int_range(e.t, ranges), int_range(e.f, ranges)
-        if rt is None or rf is None:
-            return None
-        return (min(rt[0], rf[0]), max(rt[1], rf[1]))
-    return None
-
-
-def linear_range(lin: Linear, ranges: Ranges):
-    lo = hi = lin.const
-    for t, c in lin.terms.items():
-        r = int_range(t, ranges)
-        if r is None:
-            return None
-        r = _mul_range(r, c)
-        lo += r[0]
-        hi += r[1]
-    return (lo, hi)
-
-
-# --------------------------------------------------------------------- simplify
 
 def simplify(e: Expr, ranges: Ranges | None = None) -> Expr:
     """Simplify ``e`` using inclusive variable ``ranges`` (Var -> (lo, hi))."""
-    return _Simplifier(ranges or {}).visit(e)
+    return Simplifier(ranges or {}).visit(e)
 
 
-class _Simplifier:
+class Simplifier:
+    """Simplifies expressions under fixed variable ``ranges``; results are memoized (by structure),
+    so one instance shares work across the expressions of one scope."""
+
     def __init__(self, ranges: Ranges):
         self.ranges = ranges
         self.memo: dict = {}
@@ -188,7 +69,7 @@ class _Simplifier:
             return type(e)(*(idx if f == "indices" else getattr(e, f) for f in e.__dataclass_fields__))
         return e
 
-    def _linear(self, e: Expr) -> Linear:
+    def _linear(self, e: Expr) -> Affine:
         """Linear form of an int expression whose non-linear parts are simplified once."""
         if isinstance(e, Binary) and e.op in (BinOp.ADD, BinOp.SUB, BinOp.MUL) and e.dtype == "int32":
             la = self._linear(e.a)
@@ -201,12 +82,12 @@ class _Simplifier:
                 return la.scale(lb.const)
             if not la.terms:
                 return lb.scale(la.const)
-            return Linear({Binary(BinOp.MUL, la.to_expr(), lb.to_expr()): 1}, 0)
+            return Affine({Binary(BinOp.MUL, la.to_expr(), lb.to_expr()): 1}, 0)
         if isinstance(e, Const):
-            return Linear({}, int(e.value))
+            return Affine({}, int(e.value))
         e = self.visit(e)
-        return _lin(e) if isinstance(e, Binary) and e.op in (BinOp.ADD, BinOp.SUB, BinOp.MUL) else (
-            Linear({}, int(e.value)) if isinstance(e, Const) else Linear({e: 1}, 0))
+        return affine(e) if isinstance(e, Binary) and e.op in (BinOp.ADD, BinOp.SUB, BinOp.MUL) else (
+            Affine({}, int(e.value)) if isinstance(e, Const) else Affine({e: 1}, 0))
 
     def _binary(self, e: Binary) -> Expr:
         op = e.op
@@ -242,9 +123,9 @@ class _Simplifier:
     def _divmod(self, op: BinOp, a: Expr, c: int) -> Expr:
         if c == 1:
             return a if op is BinOp.FLOORDIV else const(0)
-        lin = _lin(a)
-        q = Linear()
-        rest = Linear({}, lin.const % c)
+        lin = affine(a)
+        q = Affine()
+        rest = Affine({}, lin.const % c)
         q.const = lin.const // c
         for t, k in lin.terms.items():
             if k % c == 0:
@@ -257,14 +138,14 @@ class _Simplifier:
             if op is BinOp.FLOORDIV:
                 q.const += rr[0] // c
                 return q.to_expr()
-            return rest.add(Linear({}, -(rr[0] // c) * c)).to_expr()
+            return rest.add(Affine({}, -(rr[0] // c) * c)).to_expr()
         if op is BinOp.MOD:
             return Binary(BinOp.MOD, rest.to_expr(), const(c))
         inner = Binary(BinOp.FLOORDIV, rest.to_expr(), const(c))
-        return q.add(Linear({inner: 1})).to_expr() if q.terms or q.const else inner
+        return q.add(Affine({inner: 1})).to_expr() if q.terms or q.const else inner
 
     def _compare(self, op: BinOp, a: Expr, b: Expr) -> Expr:
-        diff = _lin(a).add(_lin(b), -1)
+        diff = affine(a).add(affine(b), -1)
         r = linear_range(diff, self.ranges)
         if r is not None:
             lo, hi = r
@@ -332,22 +213,62 @@ def _fold_unary(op: UnOp, a: Const) -> Expr:
     return Unary(op, a)
 
 
-def coefficient(e: Expr, v: Var):
-    """Integer coefficient of ``v`` in ``e`` if ``e`` is linear in ``v``, else None."""
-    lin = _lin(e)
-    c = lin.terms.get(v, 0)
-    for t in lin.terms:
-        if t is not v and t != v and _mentions(t, v):
-            return None
-    return c
+# ------------------------------------------------------------------ the pass
+
+def simplify_func(func):
+    """The ``simplify`` pass: the indices and values of every load and store in ``func``
+    simplified with the ranges of the enclosing loops.
+
+    Guard conditions are left as they are: ``loop_nest`` simplifies them where it places
+    them (a guard's place depends on its simplified form).  Returns ``func`` itself when
+    nothing changes.
+    """
+    body = _StmtSimplifier().stmt(func.body, Simplifier({}))
+    return func if body is func.body else PrimFunc(func.name, func.params, body)
 
 
-def _mentions(e: Expr, v: Var) -> bool:
-    from tensorir.te.expr import children
-    stack = [e]
-    while stack:
-        n = stack.pop()
-        if n == v:
-            return True
-        stack.extend(children(n))
-    return False
+class _StmtSimplifier:
+    def __init__(self):
+        self.simplifiers: dict = {}     # the ranges in scope -> their Simplifier (versioned copies share one)
+        self.seen: dict = {}            # (id(Simplifier), id(expr)) -> (result, expr, Simplifier): alive
+
+    def expr(self, e: Expr, simp: Simplifier) -> Expr:
+        """``simp.visit(e)``, or ``e`` itself when that equals it; by identity first (the copies of a
+        versioned nest share their expressions, and hashing a large one is not free)."""
+        key = (id(simp), id(e))
+        hit = self.seen.get(key)
+        if hit is None:
+            new = simp.visit(e)
+            hit = self.seen[key] = (e if new is e or new == e else new, e, simp)
+        return hit[0]
+
+    def stmt(self, s, simp: Simplifier):
+        if isinstance(s, Store):
+            idx = tuple(self.expr(i, simp) for i in s.indices)
+            value = self.expr(s.value, simp)
+            if value is s.value and all(a is b for a, b in zip(idx, s.indices)):
+                return s
+            return Store(s.buffer, idx, value)
+        if isinstance(s, For):
+            body = s.body
+            if s.extent >= 1:
+                ranges = {**simp.ranges, s.var: (0, s.extent - 1)}
+                key = frozenset(ranges.items())
+                inner = self.simplifiers.get(key)
+                if inner is None:
+                    inner = self.simplifiers[key] = Simplifier(ranges)
+                body = self.stmt(s.body, inner)
+            return s if body is s.body else For(s.var, s.extent, s.kind, body)
+        if isinstance(s, IfThenElse):
+            then = self.stmt(s.then, simp)
+            other = None if s.otherwise is None else self.stmt(s.otherwise, simp)
+            if then is s.then and other is s.otherwise:
+                return s
+            return IfThenElse(s.cond, then, other)
+        if isinstance(s, Allocate):
+            body = self.stmt(s.body, simp)
+            return s if body is s.body else Allocate(s.buffer, body)
+        if isinstance(s, Seq):
+            stmts = tuple(self.stmt(c, simp) for c in s.stmts)
+            return s if all(a is b for a, b in zip(stmts, s.stmts)) else Seq(stmts)
+        return s

@@ -1,0 +1,151 @@
+"""The ``loop_nest`` pass: a stage graph -> the loop nests of a PrimFunc.
+
+Loop nests are emitted in stage order; an attached stage is emitted at the top
+of its attach loop (inside a LOCAL allocation of its region), and a reduction
+gets an init nest just above its outermost reduce loop.  Regions, extents and
+buffers come from bound inference (:mod:`schedules.lowering.bounds`); guards
+and edge-tile versions are placed by :mod:`schedules.lowering.guards`.
+Guard conditions are simplified as they are placed (with the ranges of the
+enclosing loops), since where a guard goes depends on its simplified form;
+values and load indices are left as substituted, for the ``simplify`` pass.
+"""
+from __future__ import annotations
+
+from schedules.errors import LoweringError
+from schedules.lowering.bounds import Bounds, StageLayout, infer_bounds
+from schedules.lowering.checks import check_annotations
+from schedules.lowering.guards import GuardScope
+from schedules.state import Stage, StageGraph
+from tensorir.te import AxisKind, Reduce, TensorRead
+from tensorir.te.expr import Binary, BinOp, Expr
+from tensorir.tir.ir import Allocate, For, Load, PrimFunc, Scope, Store, seq
+from tensorir.tir.rewrite import rewrite, substitute
+
+
+def as_graph(obj) -> StageGraph:
+    """The stage graph of a ``Schedule``, a ``StageGraph`` or a workload (list of tensors)."""
+    if isinstance(obj, StageGraph):
+        return obj
+    state = getattr(obj, "state", None)
+    if isinstance(state, StageGraph):
+        return state
+    return StageGraph.from_tensors(obj)
+
+
+def loop_nest(obj, name: str | None = None) -> PrimFunc:
+    """The first lowering pass: a schedule's stage graph as a loop-nest PrimFunc.
+
+    ``obj`` is a ``Schedule``, a ``StageGraph`` or a workload; ``name`` defaults to the
+    last output's name.  Raises :class:`~schedules.errors.LoweringError`.
+    """
+    graph = as_graph(obj)
+    return _Emitter(infer_bounds(graph)).run(name)
+
+
+class _Emitter:
+    def __init__(self, bounds: Bounds):
+        self.bounds = bounds
+        self.g = bounds.graph
+        self.guards = GuardScope(bounds.var_kind)
+
+    def run(self, name: str | None) -> PrimFunc:
+        body = seq(*[self.emit_stage(s) for s in self.g.stages if s.attach.kind == "root"])
+        for s in reversed(self.g.stages):
+            lay = self.bounds.layout(s)
+            if lay.buffer.scope is Scope.GLOBAL and s.attach.kind == "root":
+                body = Allocate(lay.buffer, body)
+        outs = [self.g.name_of(t) for t in self.g.params if not t.is_placeholder]
+        fname = name or outs[-1]
+        return PrimFunc(fname, tuple(self.bounds.params[id(t)] for t in self.g.params), body)
+
+    def emit_stage(self, s: Stage):
+        lay = self.bounds.layout(s)
+        check_annotations(s, lay.extents, self.bounds.attached)
+        with self.guards.stage({lay.vars[n]: (0, lay.extents[n] - 1) for n in s.leaf}):
+            return self._emit_stage(s, lay)
+
+    def _emit_stage(self, s: Stage, lay: StageLayout):
+        gv = self.bounds.global_values(s)
+        sub = {s.root_vars[r]: gv[r] for r in s.root}
+        spatial = s.spatial_root
+        out_idx = tuple(lay.rel[r] if lay.local else gv[r] for r in spatial)
+        if not s.is_reduction:
+            value = self.translate(substitute(s.body, sub))
+            return self.nest(s, lay, s.leaf, lay.conds, lambda: Store(lay.buffer, out_idx, value), True)
+        red: Reduce = s.body
+        src = self.translate(substitute(red.source, sub))
+        acc = Load(lay.buffer, out_idx)
+        first = next(i for i, n in enumerate(s.leaf) if s.loops[n].kind is AxisKind.REDUCE)
+        outer, inner = s.leaf[:first], s.leaf[first:]
+        init_loops = [n for n in inner if s.loops[n].kind is AxisKind.SPATIAL]
+
+        def body(pending):
+            init = self.nest(s, lay, init_loops, [c for c in pending if c[1]],
+                             lambda: Store(lay.buffer, out_idx, red.reducer.identity(s.dtype)), False)
+            main = self.nest(s, lay, inner, pending,
+                             lambda: Store(lay.buffer, out_idx, red.reducer.combine(acc, src)), True)
+            return seq(init, main)
+
+        return self.nest(s, lay, outer, lay.conds, body, True, pass_pending=True)
+
+    def nest(self, s: Stage, lay: StageLayout, loops: list, conds, leaf_body, attach: bool,
+             pass_pending: bool = False):
+        """Loops ``loops`` of stage ``s`` around ``leaf_body``, guards placed as high as possible.
+
+        Guards that only fail on edge tiles are *versioned* (see :mod:`schedules.lowering.guards`).
+        """
+        guards = self.guards
+
+        def finish(pending):
+            return leaf_body(pending) if pass_pending else guards.guard(pending, leaf_body())
+
+        def rec(i: int, pending: list):
+            if i == len(loops):
+                return finish(pending)
+            name = loops[i]
+            var, ext = lay.vars[name], lay.extents[name]
+            if ext == 1:  # a single iteration: no loop, the variable is 0 everywhere
+                inner = guards.versioned(pending, lambda p: rec(i + 1, p))
+                return self._attach(s, name, inner) if attach else inner
+            with guards.loop(var):
+                ready, rest = guards.split(pending)
+                inner = guards.versioned(rest, lambda p: rec(i + 1, p))
+                if attach:
+                    inner = self._attach(s, name, inner)
+                inner = guards.guard(ready, inner)
+            return For(var, ext, s.annotation(name), inner)
+
+        ready, rest = guards.split(conds)
+        out = guards.versioned(rest, finish) if not loops else guards.versioned(rest, lambda p: rec(0, p))
+        return guards.guard(ready, out)
+
+    def _attach(self, s: Stage, loop: str, inner):
+        """``inner`` preceded by the stages computed at ``s.loop``."""
+        for p in reversed(self.bounds.attached.get((s.name, loop), ())):
+            lay = self.bounds.layout(p)
+            code = self.emit_stage(p)
+            if lay.buffer.scope is Scope.LOCAL:
+                inner = Allocate(lay.buffer, seq(code, inner))
+            else:
+                inner = seq(code, inner)
+        return inner
+
+    def translate(self, e: Expr) -> Expr:
+        """TE expression (already in loop variables) -> loop-IR expression."""
+        def fn(n):
+            if isinstance(n, TensorRead):
+                idx = tuple(self.translate(i) for i in n.indices)
+                stage = self.g.stage_of(n.tensor)
+                if stage is not None:
+                    lay = self.bounds.layout(stage)
+                    if lay.local:
+                        idx = tuple(Binary(BinOp.SUB, i, m) for i, (m, _) in zip(idx, lay.region))
+                    buf = lay.buffer
+                else:
+                    buf = self.bounds.params.get(id(n.tensor))
+                    if buf is None:
+                        raise LoweringError("lower", f"tensor {n.tensor.name!r} is read but is not in the "
+                                            "workload list")
+                return Load(buf, idx)
+            return None
+        return rewrite(e, fn)

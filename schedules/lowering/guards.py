@@ -1,0 +1,161 @@
+"""Guard placement and edge-tile versioning while a loop nest is emitted.
+
+Partial tiles (non-dividing splits, regions crossing a tensor's edge) are
+guarded with ``IfThenElse``, each guard placed at the outermost loop where all
+its variables are bound.  A guard that only fails on edge tiles and would sit in
+an unrolled or vectorized loop is *versioned* instead: where the outer variables
+decide it for the whole inner nest, a guard-free copy runs the full tiles and the
+guarded copy only the edge tiles.
+
+:class:`GuardScope` holds what the emitter knows at its current position in the
+nest (the ranges of the variables in scope, the loops open, the checks an
+enclosing version already made); :func:`for_all_inner` is the pure rule that
+turns a guard into the condition on outer variables that decides it.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+from tensorir.te import free_vars
+from tensorir.te.expr import Binary, BinOp, Const, Expr
+from tensorir.tir.analysis import Affine, affine, linear_range
+from tensorir.tir.ir import ForKind, IfThenElse, seq
+from tensorir.tir.transform.simplify import Simplifier
+
+TIGHT = (ForKind.UNROLLED, ForKind.VECTORIZED)  # loops where a guard blocks vector/register code
+
+
+class GuardScope:
+    """The emitter's position in the loop nest, and the guards and versions placed from there.
+
+    Parameters
+    ----------
+    var_kind : Mapping
+        Loop Var -> ForKind of every leaf loop (from :class:`~schedules.lowering.bounds.Bounds`).
+    """
+
+    def __init__(self, var_kind):
+        self.var_kind = var_kind
+        self.ranges: dict = {}      # Var -> (lo, hi) of every loop variable in scope or known
+        self.bound: set = set()     # loop variables of the loops currently open
+        self.no_version = 0         # > 0 while emitting the guarded (edge-tile) copy of a nest
+        self.known: list = []       # version checks known true here (the fast copy of an enclosing version)
+        self._simplifier = None     # shares simplified subexpressions while ``ranges`` is unchanged
+
+    # ------------------------------------------------------------- scope
+    @contextmanager
+    def stage(self, ranges: dict):
+        """While a stage is emitted: the ranges of its loop variables are known."""
+        saved = dict(self.ranges)
+        self.ranges.update(ranges)
+        self._simplifier = None
+        try:
+            yield
+        finally:
+            self.ranges = saved
+
+    @contextmanager
+    def loop(self, var):
+        """While the loop of ``var`` is open."""
+        self.bound.add(var)
+        try:
+            yield
+        finally:
+            self.bound.discard(var)
+
+    def split(self, conds) -> tuple:
+        """``(ready, rest)``: the guards whose variables are all bound here, and the others."""
+        ready = [c for c in conds if free_vars(c[0]) <= self.bound]
+        rest = [c for c in conds if not free_vars(c[0]) <= self.bound]
+        return ready, rest
+
+    def simplify(self, e: Expr) -> Expr:
+        """``simplify(e, self.ranges)``, memoized across calls while the ranges stay the same."""
+        if self._simplifier is None or self._simplifier.ranges is not self.ranges:
+            self._simplifier = Simplifier(self.ranges)
+        return self._simplifier.visit(e)
+
+    # ------------------------------------------------------------ guards
+    def guard(self, conds, body):
+        """``body`` under the guards ``conds`` (``(Expr, is_spatial)``) that are not known to hold."""
+        cond = None
+        for c, _ in conds:
+            c = self.simplify(c)
+            if c in self.known:
+                continue
+            if isinstance(c, Const):
+                if c.value:
+                    continue
+                return seq()  # provably empty
+            cond = c if cond is None else Binary(BinOp.AND, cond, c)
+        if cond is None:
+            return body
+        return IfThenElse(cond, body)
+
+    def versioned(self, pending: list, build):
+        """``build(pending)``, split into a guard-free full-tile copy when the bound loops decide it."""
+        if not pending or self.no_version:
+            return build(pending)
+        checks, dropped = [], []
+        for c in pending:
+            if not any(self.var_kind.get(v) in TIGHT for v in free_vars(c[0]) - self.bound):
+                continue  # a guard on serial loops is cheap; duplicating the nest is not
+            whole = for_all_inner(self.simplify(c[0]), self.bound, self.ranges)
+            if whole is None:
+                continue
+            whole = self.simplify(whole)
+            if whole in self.known:     # an enclosing version already checked it
+                dropped.append(c)
+                continue
+            if isinstance(whole, Const):
+                if whole.value:
+                    dropped.append(c)
+                continue
+            checks.append(whole)
+            dropped.append(c)
+        if not checks:
+            if dropped:
+                return build([c for c in pending if c not in dropped])
+            return build(pending)
+        self.known.extend(checks)
+        try:
+            fast = build([c for c in pending if c not in dropped])
+        finally:
+            del self.known[len(self.known) - len(checks):]
+        self.no_version += 1
+        try:
+            slow = build(pending)
+        finally:
+            self.no_version -= 1
+        cond = checks[0]
+        for c in checks[1:]:
+            cond = Binary(BinOp.AND, cond, c)
+        return IfThenElse(cond, fast, slow)
+
+
+def for_all_inner(cond: Expr, bound: set, ranges: dict):
+    """A condition on the ``bound`` variables implying ``cond`` for every value of the others.
+
+    ``cond`` is a simplified ``terms < c`` or ``terms >= c``; the unbound part is replaced
+    by its maximum (resp. minimum).  None when no such condition exists.
+    """
+    if not isinstance(cond, Binary) or cond.op not in (BinOp.LT, BinOp.GE):
+        return None
+    fv = free_vars(cond)
+    if fv <= bound or not fv & bound:
+        return None
+    lin = affine(cond.a)
+    outer, inner = Affine(), Affine()
+    for t, k in lin.terms.items():
+        tv = free_vars(t)
+        if tv <= bound:
+            outer.terms[t] = k
+        elif not tv & bound:
+            inner.terms[t] = k
+        else:
+            return None
+    r = linear_range(inner, ranges)
+    if r is None:
+        return None
+    outer.const = lin.const + (r[1] if cond.op is BinOp.LT else r[0])
+    return Binary(cond.op, outer.to_expr(), cond.b)

@@ -1,0 +1,252 @@
+"""Lowering as a list of passes: each pass alone on hand-written loop IR, the pipeline's order and
+printing, idempotence on real schedules, and the parts of loop_nest (bound inference, guards) alone."""
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+
+from schedules import Schedule
+from schedules.lowering import PASS_NAMES, SCHEDULED, apply_passes, lower, lower_steps
+from schedules.lowering.bounds import infer_bounds
+from schedules.lowering.guards import GuardScope, for_all_inner
+from schedules.space import FixedDecisions, GeneratedSpace, SpaceOptions
+from tensorir.codegen import codegen
+from tensorir.te.expr import Binary, BinOp, Const, Var
+from tensorir.tir.analysis import affine, int_range
+from tensorir.tir.ir import Allocate, ForKind, IfThenElse, PrimFunc, Scope, Seq, Store
+from tensorir.tir.transform.promote import promote_func
+from tensorir.tir.transform.simplify import simplify_func
+from tensorir.tir.transform.vector_chunks import chunk_vectors, vector_chunks
+from tests.conftest import GOLDEN_TARGET, conv_wl, matmul_wl
+from tests.loopir import SERIAL, UNROLLED, VECTORIZED, buf, c, ld, loop, rand, run, st
+
+
+def _i(v):
+    return Const(v, "int32")
+
+
+def add(a, b):
+    return Binary(BinOp.ADD, a, b)
+
+
+def mul(a, b):
+    return Binary(BinOp.MUL, a, b)
+
+
+# ------------------------------------------------------------------ the pipeline
+
+def test_passes_in_order():
+    assert PASS_NAMES == ("loop_nest", "simplify", "promote", "vector_chunks")
+    assert SCHEDULED in PASS_NAMES
+    s = Schedule(matmul_wl())
+    assert [name for name, _ in lower_steps(s, GOLDEN_TARGET)] == list(PASS_NAMES)
+    assert [name for name, _ in s.lower_steps(target=GOLDEN_TARGET)] == list(PASS_NAMES)
+    assert [name for name, _ in lower_steps(s, GOLDEN_TARGET, until="promote")] == list(PASS_NAMES[:3])
+
+
+def test_lower_is_the_last_step_and_prints_after_the_passes_asked_for():
+    s = Schedule(matmul_wl()).split("C.j", factor=12).reorder("C.i", "C.j.0", "C.k", "C.j.1").vectorize("C.j.1")
+    steps = lower_steps(s, GOLDEN_TARGET)
+    assert lower(s, GOLDEN_TARGET) == steps[-1][1] == s.lower(target=GOLDEN_TARGET)
+    assert s.lower(target=GOLDEN_TARGET, until=SCHEDULED) == dict(steps)[SCHEDULED]
+    out = io.StringIO()
+    lower(s, GOLDEN_TARGET, print_after=True, file=out)
+    headers = [ln for ln in out.getvalue().splitlines() if ln.startswith("# after ")]
+    assert headers == [f"# after {name}" for name in PASS_NAMES]
+    out = io.StringIO()
+    lower(s, GOLDEN_TARGET, print_after=["promote"], file=out)
+    assert out.getvalue() == f"# after promote\n{dict(steps)['promote']}\n"
+    with pytest.raises(ValueError, match="unknown lowering pass"):
+        lower(s, print_after=["promotion"])
+    with pytest.raises(ValueError, match="unknown lowering pass"):
+        lower_steps(s, until="codegen")
+
+
+def test_each_pass_leaves_its_mark_on_a_vectorized_matmul():
+    s = Schedule(matmul_wl()).split("C.j", factor=12).reorder("C.i", "C.j.0", "C.k", "C.j.1").vectorize("C.j.1")
+    steps = dict(lower_steps(s, GOLDEN_TARGET))
+    assert "// 12" not in str(steps["simplify"]) and "C.reg0" not in str(steps["simplify"])
+    assert "C.reg0" in str(steps["promote"]) and "range(12):  # vectorized" in str(steps["promote"])
+    final = str(steps["vector_chunks"])
+    assert "range(12):  # vectorized" not in final
+    assert "range(8):  # vectorized" in final and "range(4):  # vectorized" in final
+    # vector pieces follow the target: 16-lane registers make one 8-lane and one 4-lane piece too,
+    # but a 4-lane (SSE) target cuts 12 into three 4-lane pieces
+    sse = GOLDEN_TARGET.__class__("x86-64", "+sse4.2", vector_bits=128, cores=1, threads=1)
+    assert str(s.lower(target=sse)).count("range(4):  # vectorized") > final.count("range(4):  # vectorized")
+
+
+@pytest.mark.parametrize("case", ["readme_matmul", "tiled_odd_matmul", "conv2d_start", "softmax_start",
+                                  "chunked_conv2d_start"])
+def test_passes_are_idempotent_on_lowered_schedules(case):
+    """Codegen gets the function lowering printed: running any pass again changes nothing
+    (promote finds no accumulator left to promote, vector_chunks no loop left to cut)."""
+    s = _schedule(case)
+    steps = lower_steps(s, GOLDEN_TARGET)
+    for name, func in steps[1:]:
+        assert apply_passes(func, GOLDEN_TARGET, [name]) is func, name
+    final = steps[-1][1]
+    assert promote_func(final) is final
+    assert chunk_vectors(final, 8) is final
+
+
+def _schedule(case):
+    from tensorir.ops.registry import get_workload
+    if case == "readme_matmul":
+        s = Schedule(matmul_wl(64, 96, 48)).pack("B", {1: 16}, order=["1.o", "0", "1.i"]).cache_write("C")
+        s = s.tile(["C.i", "C.j"], [4, 16]).compute_at("C_local", "C.j.0")
+        s = s.reorder("C_local.k", "C_local.i", "C_local.j").unroll("C_local.i").vectorize("C_local.j")
+        return s.vectorize("C.j.1").parallel("C.i.0")
+    if case == "tiled_odd_matmul":
+        s = Schedule(matmul_wl()).cache_write("C").tile(["C.i", "C.j"], [5, 12]).compute_at("C_local", "C.j.0")
+        return s.reorder("C_local.k", "C_local.i", "C_local.j").unroll("C_local.i").vectorize("C_local.j")
+    name, opts = {"conv2d_start": ("conv2d", SpaceOptions(256, 2)), "softmax_start": ("softmax", SpaceOptions(256, 2)),
+                  "chunked_conv2d_start": ("conv2d", SpaceOptions(512, 4))}[case]
+    wl = get_workload(name)
+    space = GeneratedSpace(wl.make(**wl.defaults), opts)
+    return space.apply(FixedDecisions(space.default_decisions()))
+
+
+def test_codegen_compiles_the_function_as_given():
+    """No promotion or vector pieces inside codegen any more: a 12-lane loop stays one 12-lane vector
+    unless the vector_chunks pass cut it."""
+    A, B = buf("A", (12,)), buf("B", (12,))
+    i = Var("i")
+    f = PrimFunc("copy12", (A, B), loop(i, 12, st(B, (i,), ld(A, i)), VECTORIZED))
+    assert "<12 x float>" in str(codegen(f, GOLDEN_TARGET))
+    cut = str(codegen(chunk_vectors(f, 8), GOLDEN_TARGET))
+    assert "<12 x float>" not in cut and "<8 x float>" in cut and "<4 x float>" in cut
+
+
+# ------------------------------------------------------------------ simplify
+
+def test_simplify_pass_uses_the_loop_ranges_and_keeps_guards():
+    A, B = buf("A", (64,)), buf("B", (64,))
+    i0, i1 = Var("i0"), Var("i1")
+    flat = add(mul(i0, _i(16)), i1)
+    guard = Binary(BinOp.LT, add(flat, _i(0)), _i(60))
+    body = IfThenElse(guard, st(B, (flat,), ld(A, Binary(BinOp.MOD, flat, _i(64)))))
+    f = PrimFunc("p", (A, B), loop(i0, 4, loop(i1, 16, body)))
+    g = simplify_func(f)
+    text = str(g)
+    assert "A[i0 * 16 + i1]" in text            # (i0*16 + i1) % 64 with i0 < 4, i1 < 16
+    assert "if i0 * 16 + i1 + 0 < 60" in text    # guards are loop_nest's: left as they are
+    assert simplify_func(g) is g
+    unchanged = PrimFunc("q", (A, B), loop(i0, 64, st(B, (i0,), ld(A, i0))))
+    assert simplify_func(unchanged) is unchanged
+
+
+# ------------------------------------------------------------------ promote
+
+def _row_sum(n, m):
+    X, acc = buf("X", (n, m)), buf("acc", (n,))
+    i, k = Var("i"), Var("k")
+    init = loop(i, n, st(acc, [i], c(0.0)), VECTORIZED)
+    upd = loop(k, m, loop(i, n, st(acc, [i], add(ld(acc, i), ld(X, i, k))), VECTORIZED))
+    return PrimFunc("row_sum", (X, acc), Seq((init, upd)))
+
+
+def test_promote_pass_alone():
+    f = _row_sum(16, 29)
+    g = promote_func(f)
+    assert g is not f and "acc.reg0 = alloc_local([16], float32)" in str(g)
+    assert promote_func(g) is g                       # its copy is not promoted again
+    nothing = PrimFunc("n", f.params, f.body.stmts[0])
+    assert promote_func(nothing) is nothing
+    x, a = rand((16, 29)), np.zeros(16, np.float32)
+    run(f, x, a)
+    np.testing.assert_allclose(a, x.sum(1), rtol=1e-5, atol=1e-5)
+
+
+def test_promote_pass_unrolls_register_tile_walks():
+    T, out = buf("T", (4, 8), scope=Scope.LOCAL), buf("out", (4, 8))
+    i, j = Var("i"), Var("j")
+    fill = loop(i, 4, loop(j, 8, st(T, (i, j), c(1.0)), VECTORIZED), UNROLLED)
+    back = loop(i, 4, loop(j, 8, st(out, (i, j), ld(T, i, j)), VECTORIZED), SERIAL)
+    g = promote_func(PrimFunc("t", (out,), Allocate(T, Seq((fill, back)))))
+    assert g.body.body.stmts[1].kind is ForKind.UNROLLED
+    assert promote_func(g) is g
+
+
+# ------------------------------------------------------------------ vector_chunks
+
+def test_vector_chunk_widths():
+    assert vector_chunks(32, 16) == [(0, 32)]
+    assert vector_chunks(48, 16) == [(0, 16), (16, 16), (32, 16)]
+    assert vector_chunks(58, 16) == [(0, 16), (16, 16), (32, 16), (48, 8), (56, 2)]
+    assert vector_chunks(7, 8) == [(0, 4), (4, 2), (6, 1)]
+    for n in range(1, 70):
+        chunks = vector_chunks(n, 8)
+        assert [o for o, _ in chunks] == list(np.cumsum([0] + [w for _, w in chunks[:-1]]))
+        assert sum(w for _, w in chunks) == n and all(w & (w - 1) == 0 for _, w in chunks)
+
+
+def test_vector_chunks_pass_alone():
+    A, B = buf("A", (3, 8)), buf("B", (3, 7))
+    r, j = Var("r"), Var("j")
+    f = PrimFunc("v7", (A, B), loop(r, 3, loop(j, 7, st(B, (r, j), ld(A, r, add(j, _i(1)))), VECTORIZED)))
+    g = chunk_vectors(f, 8)
+    pieces = g.body.body.stmts
+    assert [(p.extent, p.kind) for p in pieces] == [(4, VECTORIZED), (2, VECTORIZED), (1, VECTORIZED)]
+    assert str(pieces[1].body) == "B[r, j + 4] = A[r, j + 4 + 1]"
+    assert chunk_vectors(g, 8) is g
+    a, b = rand((3, 8)), np.zeros((3, 7), np.float32)
+    run(f, a, b)
+    np.testing.assert_array_equal(b, a[:, 1:])
+
+
+def test_vector_chunks_leave_other_loops_alone():
+    A = buf("A", (64,))
+    i, k = Var("i"), Var("k")
+    pow2 = PrimFunc("p", (A,), loop(i, 16, st(A, (i,), c(0.0)), VECTORIZED))
+    assert chunk_vectors(pow2, 8) is pow2
+    serial_inside = PrimFunc("s", (A,), loop(i, 12, loop(k, 3, st(A, (add(i, k),), c(0.0))), VECTORIZED))
+    assert chunk_vectors(serial_inside, 8) is serial_inside      # codegen runs it serially: not SIMD
+    too_wide = PrimFunc("w", (buf("W", (300,)),), loop(i, 300, st(buf("W", (300,)), (i,), c(0.0)), VECTORIZED))
+    assert chunk_vectors(too_wide, 8) is too_wide
+
+
+# ------------------------------------------------------------------ loop_nest's parts
+
+def test_bound_inference_alone_gives_read_only_layouts():
+    s = Schedule(conv_wl()).split("conv.h", factor=4).compute_at("pad", "conv.h.0")
+    bounds = infer_bounds(s.state)
+    pad = bounds.layout(s.state.stage("pad"))
+    assert [ext for _, ext in pad.region] == [1, 3, 6, 11]        # 4 output rows read 6 padded rows
+    assert pad.local and pad.buffer.scope is Scope.LOCAL and pad.buffer.shape == (1, 3, 6, 11)
+    assert bounds.attached[("conv", "h.0")] == (s.state.stage("pad"),)
+    with pytest.raises(TypeError):
+        pad.extents["h"] = 1
+    with pytest.raises(TypeError):
+        bounds.layouts["pad"] = pad
+
+
+def test_guards_alone():
+    i0, i1 = Var("i0"), Var("i1")
+    cond = Binary(BinOp.LT, add(mul(i0, _i(4)), i1), _i(37))
+    # the whole inner range of i1 (0..3) is inside when i0 * 4 + 3 < 37
+    assert str(for_all_inner(cond, {i0}, {i0: (0, 9), i1: (0, 3)})) == "i0 * 4 + 3 < 37"
+    assert for_all_inner(cond, {i0, i1}, {}) is None                # nothing left to decide
+    scope = GuardScope({})
+    body = Store(buf("B", (40,)), (i0,), c(1.0))
+    with scope.stage({i0: (0, 9)}):
+        assert scope.guard([(Binary(BinOp.LT, i0, _i(10)), True)], body) is body    # provably true
+        assert scope.guard([(Binary(BinOp.LT, i0, _i(0)), True)], body) == Seq(())  # provably empty
+        guarded = scope.guard([(Binary(BinOp.LT, i0, _i(5)), True)], body)
+        assert isinstance(guarded, IfThenElse) and guarded.then is body
+        with scope.loop(i0):
+            assert scope.split([(cond, True)]) == ([], [(cond, True)])
+
+
+def test_affine_form_is_shared():
+    i, j, n = Var("i"), Var("j"), Var("n")
+    e = add(Binary(BinOp.SUB, mul(i, _i(4)), mul(_i(2), j)), _i(3))
+    form = affine(e)
+    assert form.terms == {i: 4, j: -2} and form.const == 3
+    nonlin = affine(add(mul(i, n), Binary(BinOp.FLOORDIV, j, _i(2))))
+    assert list(nonlin.terms.values()) == [1, 1] and len(nonlin.terms) == 2   # atoms
+    kept = affine(add(mul(add(i, _i(1)), _i(2)), j), atom=lambda x: x == add(i, _i(1)))
+    assert kept.terms == {add(i, _i(1)): 2, j: 1}
+    assert int_range(e, {i: (0, 3), j: (0, 5)}) == (3 - 10, 12 + 3)

@@ -46,14 +46,15 @@ How timings are protected from noise
   give ``costs`` (seconds per call), and their median ranks candidates.  A
   candidate whose first repeat is already ``screen`` (1.5) times slower than
   the best so far stops there: it cannot become the best, and the time goes
-  to the contenders.
+  to the contenders (docs/decisions/007-screening-slow-candidates.md).
   ``flush_cache=True`` instead times single calls, each after writing a
   buffer twice the size of the largest cache.
 - **Arrays placed as users' are.**  Inputs and outputs start 16 bytes past a
   page boundary, like large numpy arrays (:func:`tuner.layout.placed`), in
   the runner and in every side-by-side comparison: a kernel's speed depends
   on where its arrays start (vector accesses split across cache lines, 4K
-  aliasing), and unpickled arrays start anywhere.
+  aliasing), and unpickled arrays start anywhere
+  (docs/decisions/008-arrays-placed-like-numpy.md).
 - **What it cannot remove.**  Other processes on a shared machine.  Absolute
   numbers drift between runs and within one; the tuner therefore re-times
   its fastest few candidates together at the end (``measure(...,

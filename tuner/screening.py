@@ -33,7 +33,7 @@ class Screening:
     the model's ranking of the others.  Every measured candidate is then one of the sampler's
     proposals, so it learns from all of them.  ``mutants_per_measure`` adds variants of the best
     schedules for the model to rank beside the asks (off by default: the model then picked mostly
-    near-copies of the best schedule).
+    near-copies of the best schedule).  Why: docs/decisions/001-search-policy-model-screens-tpe-asks.md.
     """
 
     def __init__(self, config):

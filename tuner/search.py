@@ -45,6 +45,7 @@ class TuneConfig:
     """How a tuning run searches.  Defaults suit a 64-trial run on a few cores."""
     trials: int = 64                 # measured candidates (invalid ones are not counted)
     batch_size: int = 8              # candidates measured per round
+    # why asks are screened, 3 per measurement, a quarter unscreened: docs/decisions/001-search-policy-model-screens-tpe-asks.md
     asks_per_measure: int = 3        # sampler asks per measured candidate, once the model ranks them
     mutants_per_measure: int = 0     # variants of the best measured schedules per measured candidate
     epsilon: float = 0.25            # share of each batch measured in the sampler's order (exploration)
@@ -52,10 +53,12 @@ class TuneConfig:
     seed: int = 0
     cost_model: bool = True
     timeout_s: float | None = None   # stop starting new rounds after this many seconds
-    seed_heuristic: bool = True      # first trial: the space's heuristic starting point
+    seed_heuristic: bool = True      # first trial: the heuristic start (docs/decisions/009-heuristic-first-trial.md)
     # The model ranks candidates once trained on this many samples (own or transfer); before, the
-    # sampler's asks alone are measured: a model ranking from its first few samples searched worse.
+    # sampler's asks alone are measured: a model ranking from its first few samples searched worse
+    # (why: docs/decisions/002-cost-model-warmup-24-samples.md).
     model_warmup: int = 24
+    # why re-measure and re-time: docs/decisions/006-remeasure-and-retime-finalists.md
     finalists: int = 4               # fastest schedules re-timed side by side at the end (0: off)
     remeasure_top: int = 4           # the run's fastest schedules (by estimate) are measured again ...
     remeasure: int = 3               # ... until each has this many measurements (1: off)

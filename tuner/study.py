@@ -2,7 +2,8 @@
 
 A SQLite study is searched as a copy in memory and written back when the run ends
 (:func:`open_study`, :func:`write_back`), because SQLite commits every suggested value
-as a transaction of its own, which slowed tuning down more than twofold.  Other databases
+as a transaction of its own, which slowed tuning down more than twofold
+(docs/decisions/004-sqlite-study-searched-in-memory.md).  Other databases
 (PostgreSQL, MySQL) are used live, so that several processes tuning one study see each
 other's trials.
 """
@@ -22,7 +23,8 @@ def make_sampler(name: str, seed: int):
         # its stage does): ``group`` models each set of co-occurring decisions
         # jointly instead of falling back to one independent TPE per decision
         # (slower, and blind to interactions).  ``constant_liar`` counts a
-        # round's pending asks as bad so the round's asks spread out.
+        # round's pending asks as bad so the round's asks spread out
+        # (docs/decisions/005-tpe-grouped-with-constant-liar.md).
         import warnings
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)

@@ -7,7 +7,8 @@ from .spec import WorkloadSpec
 
 
 def pretrain_from_log(model, log, exclude_key: str, target: dict, limit: int = 256) -> int:
-    """Transfer: train ``model`` on other workloads' records in ``log`` (same CPU).
+    """Transfer: train ``model`` on other workloads' records in ``log`` (same CPU;
+    docs/decisions/003-transfer-learning-from-the-per-user-log.md).
 
     Up to ``limit`` records, taken in turn from each other workload (newest
     first within each), so one long-tuned workload does not crowd out the rest.

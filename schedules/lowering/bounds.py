@@ -203,9 +203,9 @@ class _Inference:
 
         ``s`` writes a local buffer of the tile's size, so computing the elements past the edge
         only costs their arithmetic, provided every read stays inside the tensor it reads: then
-        an edge tile runs the same guard-free, vectorized code as a full one (a register tile 7 of
-        16 columns wide ran its FMAs element by element: A^T B 1000x999x517, 0.6x -> 0.9x of
-        numpy), and only its copy-out is guarded.  A read of a pack reads its zero padding there.
+        an edge tile runs the same guard-free, vectorized code as a full one instead of its FMAs
+        element by element (docs/decisions/015-edge-tiles-run-full-tile-code.md), and only its
+        copy-out is guarded.  A read of a pack reads its zero padding there.
         Tile starts are affine in outer loops, >= 0 and < the edge; aligned to the tile (a
         multiple of its extent), the last tile ends at the edge rounded up to the extent.
         Integer division by a value is excluded (a padded zero divisor would trap).

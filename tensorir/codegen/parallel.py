@@ -44,7 +44,7 @@ class ParallelRegions:
 
         One region instead of one per loop saves a fork/join per call and a
         worker and trampoline function per loop (about 1.5 ms of machine code
-        generation each).
+        generation each; docs/decisions/020-one-openmp-region-per-kernel.md).
         """
         names, used = set(), set()
         for s in loops:

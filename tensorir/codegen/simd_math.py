@@ -50,8 +50,8 @@ def vector_exp(fg: FunctionGen, x):
 def vector_tanh(fg: FunctionGen, x):
     """``tanh(x)`` of a float32 vector ``x`` as SIMD code.
 
-    LLVM lowers ``llvm.tanh`` on a vector to one ``tanhf`` call per lane (an elementwise chain
-    with a tanh ran at 0.46x numpy, whose tanh is SIMD).  This is Cephes' ``tanhf``: an odd
+    LLVM lowers ``llvm.tanh`` on a vector to one ``tanhf`` call per lane, several times slower
+    than numpy's SIMD tanh (why: docs/decisions/018-simd-tanh-log-exp.md).  This is Cephes' ``tanhf``: an odd
     polynomial below ``|x| = 0.625``, else ``1 - 2 / (exp(2|x|) + 1)`` (:func:`vector_exp`),
     each lane taking its branch by a select, then the sign of ``x``.  ``exp`` overflows to inf
     for large ``|x|``, which gives exactly 1; NaN stays NaN and -0.0 stays -0.0.  Within 2 ulp of

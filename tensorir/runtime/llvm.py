@@ -30,7 +30,7 @@ class OptConfig:
         promotion of accumulator tiles, register tiles unrolled), so it runs
         about as fast as after ``-O3`` and compiles several times faster.
         (NewGVN, the only GVN llvmlite exposes, hits an assertion on some
-        kernels and aborts the process: it is not used.)  ``"default"``: LLVM's standard
+        kernels and aborts the process: it is not used; docs/decisions/019-fast-llvm-pipeline.md.)  ``"default"``: LLVM's standard
         ``-O<speed_level>`` pipeline, which adds auto-vectorization for loops a
         schedule left scalar.  ``"auto"`` (the default): ``"fast"`` when the
         kernel has a vectorized loop, else ``"default"``.

@@ -20,6 +20,7 @@ from schedules.arguments import ERRORS, new_loop_names, new_stage_name, unique_n
 from schedules.state import INLINE, ROOT, Attach, Fuse, Loop, Split, Stage, StageGraph, make_stage
 from tensorir.te import AxisKind, ComputeOp, IterVar, Reduce, Tensor, TensorRead, Var
 
+INDEX_LIMIT = 2 ** 31     # loop indices are 32-bit (tensorir.runtime.safety.INDEX_LIMIT refuses more at build)
 ANNOTATIONS = {"unroll": ForKind.UNROLLED, "vectorize": ForKind.VECTORIZED, "parallel": ForKind.PARALLEL}
 
 
@@ -126,6 +127,11 @@ def apply_fuse(g, inputs, attrs, outputs):
                         stage=st.name, loop=a)
     _check_unannotated(st, a, "fuse", FuseError)
     _check_unannotated(st, b, "fuse", FuseError)
+    ea, eb = st.loops[a].extent, st.loops[b].extent
+    if ea * eb >= INDEX_LIMIT:   # the one primitive that makes a loop longer than its stage's axes
+        raise FuseError("fuse", f"loops {inputs[0]} ({ea:,} iterations) and {inputs[1]} ({eb:,}) would make a loop "
+                        f"of {ea * eb:,} iterations; expected fewer than 2**31 (loop indices are 32-bit): "
+                        "split one of them first and fuse the parts", stage=st.name, loop=a)
     (fused,) = new_loop_names(st, outputs, [fused_name(st, a, b)], "fuse", accepted=[f"{a}.{b}.fused"])
     st.loops[fused] = Loop(fused, ka, st.loops[a].extent * st.loops[b].extent)
     st.leaf[pa:pb + 1] = [fused]

@@ -16,10 +16,11 @@ from schedules.errors import (AnnotationError, CacheWriteError, ComputeAtError, 
 from tensorir.te.expr import Binary, BinOp, const, select
 from tensorir.tir.ir import ForKind
 from tensorir.tir.rewrite import rewrite, substitute
-from schedules.arguments import new_loop_names, new_stage_name, unique_name
+from schedules.arguments import ERRORS, new_loop_names, new_stage_name, unique_name
 from schedules.state import INLINE, ROOT, Attach, Fuse, Loop, Split, Stage, StageGraph, make_stage
 from tensorir.te import AxisKind, ComputeOp, IterVar, Reduce, Tensor, TensorRead, Var
 
+INDEX_LIMIT = 2 ** 31     # loop indices are 32-bit (tensorir.runtime.safety.INDEX_LIMIT refuses more at build)
 ANNOTATIONS = {"unroll": ForKind.UNROLLED, "vectorize": ForKind.VECTORIZED, "parallel": ForKind.PARALLEL}
 
 
@@ -126,6 +127,11 @@ def apply_fuse(g, inputs, attrs, outputs):
                         stage=st.name, loop=a)
     _check_unannotated(st, a, "fuse", FuseError)
     _check_unannotated(st, b, "fuse", FuseError)
+    ea, eb = st.loops[a].extent, st.loops[b].extent
+    if ea * eb >= INDEX_LIMIT:   # the one primitive that makes a loop longer than its stage's axes
+        raise FuseError("fuse", f"loops {inputs[0]} ({ea:,} iterations) and {inputs[1]} ({eb:,}) would make a loop "
+                        f"of {ea * eb:,} iterations; expected fewer than 2**31 (loop indices are 32-bit): "
+                        "split one of them first and fuse the parts", stage=st.name, loop=a)
     (fused,) = new_loop_names(st, outputs, [fused_name(st, a, b)], "fuse", accepted=[f"{a}.{b}.fused"])
     st.loops[fused] = Loop(fused, ka, st.loops[a].extent * st.loops[b].extent)
     st.leaf[pa:pb + 1] = [fused]
@@ -176,21 +182,6 @@ def _annotate(kind: str):
 
 # -------------------------------------------------------------- placement
 
-def _inside(g: StageGraph, y: Stage, x: Stage, loop: str) -> bool:
-    pos = x.leaf.index(loop)
-    cur, seen = y, set()
-    while cur.name not in seen:
-        seen.add(cur.name)
-        if cur.name == x.name:
-            return True
-        if cur.attach.kind != "at":
-            return False
-        if cur.attach.stage == x.name:
-            return cur.attach.loop in x.leaf and x.leaf.index(cur.attach.loop) >= pos
-        cur = g.stage(cur.attach.stage)
-    return False
-
-
 def apply_compute_at(g, inputs, attrs, outputs):
     sname, handle = inputs
     st = get_stage(g, sname, "compute_at")
@@ -201,25 +192,10 @@ def apply_compute_at(g, inputs, attrs, outputs):
     if target is st:
         raise ComputeAtError("compute_at", f"cannot compute stage {st.name} at its own loop {handle}",
                              stage=st.name)
-    cur = target
-    while cur.attach.kind == "at":
-        if cur.attach.stage == st.name:
-            raise ComputeAtError("compute_at", f"stage {target.name} is already computed inside {st.name}; "
-                                 f"computing {st.name} at {handle} would be circular", stage=st.name)
-        cur = g.stage(cur.attach.stage)
-    consumers = g.consumers(st)
-    if not consumers:
+    if not g.consumers(st):
         raise ComputeAtError("compute_at", f"stage {st.name} has no consumer to be computed at", stage=st.name)
-    old = st.attach
     st.attach = Attach("at", target.name, loop)
-    outside = [c.name for c in consumers if not _inside(g, c, target, loop)]
-    if outside:
-        st.attach = old
-        raise ComputeAtError("compute_at", f"loop {handle} does not enclose {', '.join(outside)}, which "
-                             f"read{'s' if len(outside) == 1 else ''} {st.name}; expected a loop of a stage "
-                             f"that contains every consumer of {st.name} (move those consumers inside it first)",
-                             stage=st.name, loop=loop)
-    return []
+    return []   # check_attachments: a loop enclosing every consumer, not circular, not vectorized
 
 
 def apply_compute_root(g, inputs, attrs, outputs):
@@ -452,6 +428,62 @@ def _readers(g: StageGraph, source: Tensor, names) -> list:
             raise PackError("pack", f"stage {n} does not read {g.names.get(id(source), source.name)}", stage=n)
         out.append(st)
     return out
+
+
+# ------------------------------------------------------------- invariants
+
+def check_attachments(g: StageGraph, before: StageGraph, kind: str, inputs) -> None:
+    """Refuse primitive ``kind`` (which made ``g`` from a copy of ``before``) if it broke an invariant of
+    ``compute_at`` that lowering relies on (``StageGraph.attach_problem``): one line, with the error class
+    of that primitive, naming the stage, the loop and what to do instead.
+
+    ``Schedule`` calls it after every primitive, from a Python call or a replayed trace, so ``before``
+    has no broken invariant (the unscheduled workload attaches nothing) and the primitive that breaks
+    one is the one refused, not ``lower()`` later, blaming an earlier ``compute_at``.
+    """
+    pr = g.attach_problem()
+    if pr is None:
+        return
+    exc = ERRORS[kind]
+    p, at = pr.stage, f"{pr.host}.{pr.loop}"
+    moved = inputs[0] if kind in ("compute_at", "compute_root") else None   # the stage it placed
+    if pr.kind == "dangling":
+        msg = (f"stage {p} is computed at {at}, which would no longer be a loop of the schedule; "
+               f"compute_root {p} first")
+    elif pr.kind == "cycle":
+        if moved == p:
+            msg = (f"stage {pr.host} is already computed inside {p}; computing {p} at {at} would be "
+                   "circular")
+        else:
+            msg = f"stage {p} would be computed inside itself (at {at}); compute_root {p} first"
+    elif pr.kind == "outside":
+        if kind == "compute_at" and moved == p:
+            out = pr.consumers
+            msg = (f"loop {at} does not enclose {', '.join(out)}, which read{'s' if len(out) == 1 else ''} "
+                   f"{p}; expected a loop of a stage that contains every consumer of {p} (move those "
+                   "consumers inside it first)")
+        else:
+            c = g.stage(pr.consumers[0])
+            where = "at root" if c.attach.kind == "root" else f"at {c.attach.stage}.{c.attach.loop}"
+            old_p, old_c = before.stage(p), before.stage(c.name)
+            new = old_p is None or old_c is None or all(t is not old_p.tensor for t in old_c.read_tensors())
+            if kind == "pack":
+                hint = (f"pack {p} before compute_at {p} (then compute_at {c.name} at {at} too), "
+                        f"or compute_root {p} first")
+            elif kind == "compute_at":
+                hint = f"compute_root {p} first, or compute {moved} at a loop inside {at}"
+            else:
+                hint = f"compute_root {p} first"
+            msg = (f"stage {p} is computed at {at}, so its {'new ' if new else ''}consumer {c.name} {where} "
+                   f"would not be inside that loop; {hint}")
+    else:   # vectorized
+        if moved == p:
+            msg = (f"loop {at} is vectorized; a vectorized loop must contain only its own statement "
+                   f"(compute {p} at an outer loop)")
+        else:
+            msg = (f"loop {at} has stage {p} computed at it; a vectorized loop must contain only its own "
+                   f"statement (compute_at {p} at an outer loop first)")
+    raise exc(kind, msg, stage=pr.host, loop=pr.loop)
 
 
 PRIMITIVES = {

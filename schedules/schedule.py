@@ -23,7 +23,7 @@ from schedules.state import StageGraph
 from tensorir.te import AxisKind
 
 from .arguments import SIGNATURES, check_instruction, show
-from .primitives import PRIMITIVES, get_stage
+from .primitives import PRIMITIVES, check_attachments, get_stage
 
 TRACE_VERSION = 1
 
@@ -114,6 +114,7 @@ class Schedule:
         new = state.copy()
         try:
             made = PRIMITIVES[inst.kind](new, inputs, attrs, outputs)
+            check_attachments(new, state, inst.kind, inputs)   # the one check of compute_at's invariants
         except ScheduleError as err:
             err.nest = describe(state, err.stage, err.loop)
             raise

@@ -46,6 +46,16 @@ ROOT = Attach("root")
 INLINE = Attach("inline")
 
 
+@dataclass(frozen=True, slots=True)
+class AttachProblem:
+    """A broken invariant of ``compute_at`` that lowering relies on (see ``StageGraph.attach_problem``)."""
+    kind: str                  # "dangling" | "cycle" | "outside" | "vectorized"
+    stage: str                 # the attached stage whose placement is broken
+    host: str | None           # the stage and loop it is attached at
+    loop: str | None
+    consumers: tuple = ()      # "outside": its consumers that are not inside host.loop
+
+
 @dataclass
 class Loop:
     name: str
@@ -132,6 +142,60 @@ class StageGraph:
     def consumers(self, stage: Stage) -> list:
         return [s for s in self.stages if s.attach is not INLINE and s.attach.kind != "inline"
                 and any(t is stage.tensor for t in s.read_tensors())]
+
+    def inside(self, y: Stage, x: Stage, loop: str) -> bool:
+        """Is stage ``y`` computed within loop ``x.loop`` (``y`` is ``x``, or attached there or deeper,
+        directly or through the stages hosting it)?"""
+        pos = x.leaf.index(loop)
+        cur, seen = y, set()
+        while cur is not None and cur.name not in seen:
+            seen.add(cur.name)
+            if cur.name == x.name:
+                return True
+            if cur.attach.kind != "at":
+                return False
+            if cur.attach.stage == x.name:
+                return cur.attach.loop in x.leaf and x.leaf.index(cur.attach.loop) >= pos
+            cur = self.stage(cur.attach.stage)
+        return False
+
+    def attach_problem(self) -> AttachProblem | None:
+        """The first broken attach invariant, or None.  What lowering needs of every stage ``P``
+        computed at loop ``L`` of stage ``T`` (``compute_at``), in the order checked:
+
+        - ``dangling``: ``T`` is a stage with loops (not inlined) and ``L`` one of its current loops;
+        - ``cycle``: ``P`` is not (through the stages hosting ``T``) computed inside itself;
+        - ``outside``: every consumer of ``P`` is computed inside ``L`` (bound inference gives ``P``
+          the region the consumers read in one iteration of ``L``; one outside would read a buffer
+          that is not there);
+        - ``vectorized``: ``L`` is not vectorized (a vectorized loop holds its own statement only).
+
+        Schedule checks it after every primitive, so that the primitive that breaks one is refused.
+        """
+        attached = [s for s in self.stages if s.attach.kind == "at"]
+        if not attached:
+            return None
+        for p in attached:
+            t = self.stage(p.attach.stage)
+            if t is None or t.attach.kind == "inline" or p.attach.loop not in t.leaf:
+                return AttachProblem("dangling", p.name, p.attach.stage, p.attach.loop)
+        for p in attached:
+            cur, seen = p, []
+            while cur.attach.kind == "at" and cur.name not in seen:
+                seen.append(cur.name)
+                cur = self.stage(cur.attach.stage)
+                if cur is p:
+                    return AttachProblem("cycle", p.name, p.attach.stage, p.attach.loop, tuple(seen[1:]))
+        for p in attached:
+            t = self.stage(p.attach.stage)
+            outside = tuple(c.name for c in self.consumers(p) if not self.inside(c, t, p.attach.loop))
+            if outside:
+                return AttachProblem("outside", p.name, t.name, p.attach.loop, outside)
+        for p in attached:
+            t = self.stage(p.attach.stage)
+            if t.annotation(p.attach.loop) is ForKind.VECTORIZED:
+                return AttachProblem("vectorized", p.name, t.name, p.attach.loop)
+        return None
 
     def fresh_name(self, base: str) -> str:
         taken = set(self.names.values())

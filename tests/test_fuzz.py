@@ -343,6 +343,18 @@ def test_finding_16_to_python_of_a_pack_without_splits():
     _acceptable(wl, lambda: Schedule.from_json(tensors, {"version": 1, "instructions": [["pack", ["X"], {}, []]]}))
 
 
+def test_finding_18_fuse_beyond_int32_is_refused_by_fuse():
+    """The long run's sibling of finding 17: a fused loop of 2.2e9 iterations was accepted, then lower()
+    raised ExprError or build() CodegenError (neither a ScheduleError).  fuse, the only primitive that
+    makes a loop longer than a stage's axes, refuses it.  Nothing is lowered or allocated."""
+    tensors = F.WORKLOADS["huge_intermediate"].make()
+    with pytest.raises(ScheduleError, match=r"^fuse: loops T\.i \(2 iterations\) and T\.j \(1,100,000,000\) "
+                       r"would make a loop of 2,200,000,000 iterations; expected fewer than 2\*\*31") as info:
+        Schedule(tensors).fuse("T.i", "T.j")
+    assert "\n" not in str(info.value)
+    Schedule(tensors).split("T.j", nparts=4).fuse("T.i", "T.j.0")     # the parts fuse
+
+
 def test_finding_17_loop_extents_beyond_int32():
     """fuse gives a loop of 2 x 1.1e9 iterations (past int32); a split of it lowers a guard whose
     constant 2200000000 does not fit: ExprError from lower().  Lowering only: nothing is allocated."""

@@ -392,6 +392,88 @@ def test_rfactor_of_a_stage_hosting_another_is_refused_by_rfactor(loop):
     check_against_evaluator(s.compute_root("e").rfactor("r", 4))
 
 
+# --------------------- 6b. compute_at's invariants, checked after every primitive (one place)
+
+def stencil():
+    """A zero-padding stage P and a 5-point stencil S reading it."""
+    X = te.placeholder((13, 31), "float32", "X")
+    P = te.compute((15, 33), lambda i, j: te.if_then_else(
+        te.all(i >= 1, i < 14, j >= 1, j < 32), X[i - 1, j - 1], 0.0), "P")
+    S = te.compute((13, 31), lambda i, j: P[i + 1, j + 1] * 0.5 + (P[i, j + 1] + P[i + 2, j + 1]
+                                                                 + P[i + 1, j] + P[i + 1, j + 2]) * 0.125, "S")
+    return [X, S]
+
+
+def variance():
+    """total -> mean -> sq -> var: a chain of three intermediates."""
+    X = te.placeholder((6, 10), "float32", "X")
+    k = te.reduce_axis(10, "k")
+    total = te.compute((6,), lambda i: te.sum(X[i, k], axis=k), "total")
+    mean = te.compute((6,), lambda i: total[i] * 0.1, "mean")
+    c = te.reduce_axis(10, "c")
+    sq = te.compute((6,), lambda i: te.sum((X[i, c] - mean[i]) * (X[i, c] - mean[i]), axis=c), "sq")
+    return [X, te.compute((6,), lambda i: sq[i] * 0.1, "var")]
+
+
+_PACK = (r"^pack: stage P is computed at S\.i, so its new consumer P_pack at root would not be inside that loop; "
+         r"pack P before compute_at P \(then compute_at P_pack at S\.i too\), or compute_root P first$")
+_ROOT = (r"^compute_root: stage P is computed at S\.i, so its consumer P_pack at root would not be inside that "
+         r"loop; compute_root P first$")
+_OTHER = (r"^compute_at: stage total is computed at var\.i\.1, so its consumer mean at var\.i\.0 would not be "
+          r"inside that loop; compute_root total first, or compute mean at a loop inside var\.i\.1$")
+_AT_VECTOR = (r"^compute_at: loop S\.j\.1 is vectorized; a vectorized loop must contain only its own statement "
+              r"\(compute P at an outer loop\)$")
+_VECTORIZE = (r"^vectorize: loop S\.j\.1 has stage P computed at it; a vectorized loop must contain only its own "
+              r"statement \(compute_at P at an outer loop first\)$")
+
+
+@pytest.mark.parametrize("make,exc,pattern", [
+    (lambda: Schedule(stencil()).compute_at("P", "S.i").pack("P", {1: 3}), E.PackError, _PACK),
+    (lambda: Schedule(stencil()).pack("P", {1: 3}).compute_at("P_pack", "S.i").compute_at("P", "S.i")
+     .compute_root("P_pack"), E.ComputeAtError, _ROOT),
+    (lambda: Schedule(variance()).split("var.i", factor=2).compute_at("sq", "var.i.1")
+     .compute_at("mean", "var.i.1").compute_at("total", "var.i.1").compute_at("mean", "var.i.0"),
+     E.ComputeAtError, _OTHER),
+    (lambda: Schedule(stencil()).compute_at("P", "S.j"), None, None),   # S.j encloses S: accepted
+    (lambda: Schedule(stencil()).split("S.j", factor=4).vectorize("S.j.1").compute_at("P", "S.j.1"),
+     E.ComputeAtError, _AT_VECTOR),
+    (lambda: Schedule(stencil()).split("S.j", factor=4).compute_at("P", "S.j.1").vectorize("S.j.1"),
+     E.AnnotationError, _VECTORIZE),
+], ids=["pack", "compute_root", "compute_at_other_stage", "accepted", "compute_at_vectorized",
+        "vectorize_hosting"])
+def test_the_primitive_that_breaks_compute_at_is_the_one_refused(make, exc, pattern):
+    """A stage P computed at loop T.L needs every consumer inside L (and L not vectorized): a primitive
+    that would break it is refused with its own one-line error, never accepted for ``lower()`` to fail
+    later blaming compute_at."""
+    if pattern is None:
+        check_against_evaluator(make())
+        return
+    err = raises_one_line(exc, pattern, make)
+    assert err.primitive in str(err).split(":", 1)[0]
+
+
+def test_legal_orderings_of_the_refused_primitives_are_right():
+    """What the errors above suggest instead: pack before compute_at, compute_root the producer first."""
+    s = Schedule(stencil())
+    check_against_evaluator(s.pack("P", {1: 3}).compute_at("P_pack", "S.i").compute_at("P", "S.i"))
+    check_against_evaluator(s.pack("P", {1: 3}).compute_at("P_pack", "S.i").compute_at("P", "S.i")
+                            .compute_root("P").compute_root("P_pack"))
+    check_against_evaluator(s.compute_at("P", "S.i").compute_root("P").pack("P", {1: 3}))
+    v = Schedule(variance()).split("var.i", factor=2).compute_at("sq", "var.i.1").compute_at("mean", "var.i.1")
+    v = v.compute_at("total", "var.i.1")
+    check_against_evaluator(v)
+    check_against_evaluator(v.compute_root("total").compute_at("mean", "var.i.0"))
+    check_against_evaluator(Schedule(stencil()).split("S.j", factor=4).compute_at("P", "S.j.0").vectorize("S.j.1"))
+
+
+def test_replayed_traces_are_checked_the_same_way():
+    s = Schedule(stencil()).compute_at("P", "S.i")
+    trace = s.to_json()
+    trace["instructions"].append(["pack", ["P"], {"splits": {"1": 3}}, []])
+    raises_one_line(E.PackError, r"^pack: stage P is computed at S\.i, .* \(instruction 1 of the trace\)$",
+                    lambda: Schedule.from_json(s.tensors, trace))
+
+
 # ------------------------------------------------------------- 7. short fused loop names
 
 def test_fused_names_stay_short_through_tiling_levels():

@@ -17,7 +17,8 @@ from tensorir.te.expr import Binary, BinOp, const, select
 from tensorir.tir.ir import ForKind
 from tensorir.tir.rewrite import rewrite, substitute
 from schedules.arguments import ERRORS, new_loop_names, new_stage_name, unique_name
-from schedules.state import INLINE, ROOT, Attach, Fuse, Loop, Split, Stage, StageGraph, make_stage
+from schedules.state import (INLINE, ROOT, Attach, AttachKind, Fuse, Loop, ProblemKind, Split, Stage, StageGraph,
+                             StageOrigin, make_stage)
 from tensorir.te import AxisKind, ComputeOp, IterVar, Reduce, Tensor, TensorRead, Var
 
 INDEX_LIMIT = 2 ** 31     # loop indices are 32-bit (tensorir.runtime.safety.INDEX_LIMIT refuses more at build)
@@ -55,8 +56,8 @@ def get_loop(g: StageGraph, handle, prim: str) -> tuple:
 
 def _move_attachments(g: StageGraph, st: Stage, old: str, new: str) -> None:
     for s in g.stages:
-        if s.attach.kind == "at" and s.attach.stage == st.name and s.attach.loop == old:
-            s.attach = Attach("at", st.name, new)
+        if s.attach.kind is AttachKind.AT and s.attach.stage == st.name and s.attach.loop == old:
+            s.attach = Attach.at(st.name, new)
 
 
 def _check_unannotated(st: Stage, loop: str, prim: str, exc) -> None:
@@ -194,7 +195,7 @@ def apply_compute_at(g, inputs, attrs, outputs):
                              stage=st.name)
     if not g.consumers(st):
         raise ComputeAtError("compute_at", f"stage {st.name} has no consumer to be computed at", stage=st.name)
-    st.attach = Attach("at", target.name, loop)
+    st.attach = Attach.at(target.name, loop)
     return []   # check_attachments: a loop enclosing every consumer, not circular, not vectorized
 
 
@@ -215,7 +216,7 @@ def apply_compute_inline(g, inputs, attrs, outputs):
         raise ComputeInlineError("compute_inline", f"stage {st.name} is a reduction ({st.body.reducer.value} "
                                  f"over {[a.name for a in st.body.axes]}); only elementwise stages can be inlined",
                                  stage=st.name)
-    attached = [s.name for s in g.stages if s.attach.kind == "at" and s.attach.stage == st.name]
+    attached = [s.name for s in g.stages if s.attach.kind is AttachKind.AT and s.attach.stage == st.name]
     if attached:
         raise ComputeInlineError("compute_inline", f"stages {attached} are computed at loops of {st.name}; "
                                  "move them first (compute_root)", stage=st.name)
@@ -249,7 +250,7 @@ def apply_cache_write(g, inputs, attrs, outputs):
     op = st.tensor.op
     cache_t = Tensor(st.shape, st.dtype, name, ComputeOp(op.axes, st.body))
     g.names[id(cache_t)] = name
-    cache = make_stage(name, cache_t, False, origin="cache_write")
+    cache = make_stage(name, cache_t, False, origin=StageOrigin.CACHE_WRITE)
     if len(cache.root) != len(st.root):
         raise CacheWriteError("cache_write", f"stage {st.name} has loops {st.root}, but its computation has "
                               f"{cache.root}; expected the same axes", stage=st.name)
@@ -257,8 +258,8 @@ def apply_cache_write(g, inputs, attrs, outputs):
     # (compute_at("e", "r.k").cache_write("r") computes e at r_local.k, where it is read)
     same = dict(zip(st.root, cache.root))
     for s in g.stages:
-        if s.attach.kind == "at" and s.attach.stage == st.name and s.attach.loop in same:
-            s.attach = Attach("at", name, same[s.attach.loop])
+        if s.attach.kind is AttachKind.AT and s.attach.stage == st.name and s.attach.loop in same:
+            s.attach = Attach.at(name, same[s.attach.loop])
     spatial = st.spatial_root
     st.body = TensorRead(cache_t, tuple(st.root_vars[r] for r in spatial))
     st.root = list(spatial)
@@ -337,7 +338,7 @@ def apply_pack(g, inputs, attrs, outputs):
 
     for r in readers:
         r.body = rewrite(r.body, repl)
-    stage = make_stage(name, packed, False, origin="pack")
+    stage = make_stage(name, packed, False, origin=StageOrigin.PACK)
     src_stage = g.stage_of(source)
     pos = g.stages.index(src_stage) + 1 if src_stage is not None else 0
     g.stages.insert(pos, stage)
@@ -367,7 +368,7 @@ def apply_rfactor(g, inputs, attrs, outputs):
     if not 2 <= f <= extent:
         raise RFactorError("rfactor", f"factor of {st.name}.{axis} must be between 2 and its extent {extent}, "
                            f"got {f!r}", stage=st.name, loop=axis)
-    hosted = [s for s in g.stages if s.attach.kind == "at" and s.attach.stage == st.name]
+    hosted = [s for s in g.stages if s.attach.kind is AttachKind.AT and s.attach.stage == st.name]
     if hosted:
         s = hosted[0]
         raise RFactorError("rfactor", f"stage {s.name} is computed at loop {st.name}.{s.attach.loop}; expected no "
@@ -392,7 +393,7 @@ def apply_rfactor(g, inputs, attrs, outputs):
     st.leaf = list(st.root)
     st.loops = {**{n: st.loops[n] for n in spatial}, kv.name: Loop(kv.name, AxisKind.REDUCE, f)}
     st.root_vars = {**{n: st.root_vars[n] for n in spatial}, kv.name: kv}
-    g.stages.insert(g.stages.index(st), make_stage(name, rf, False, origin="rfactor"))
+    g.stages.insert(g.stages.index(st), make_stage(name, rf, False, origin=StageOrigin.RFACTOR))
     return [name]
 
 
@@ -447,16 +448,16 @@ def check_attachments(g: StageGraph, before: StageGraph, kind: str, inputs) -> N
     exc = ERRORS[kind]
     p, at = pr.stage, f"{pr.host}.{pr.loop}"
     moved = inputs[0] if kind in ("compute_at", "compute_root") else None   # the stage it placed
-    if pr.kind == "dangling":
+    if pr.kind is ProblemKind.DANGLING:
         msg = (f"stage {p} is computed at {at}, which would no longer be a loop of the schedule; "
                f"compute_root {p} first")
-    elif pr.kind == "cycle":
+    elif pr.kind is ProblemKind.CYCLE:
         if moved == p:
             msg = (f"stage {pr.host} is already computed inside {p}; computing {p} at {at} would be "
                    "circular")
         else:
             msg = f"stage {p} would be computed inside itself (at {at}); compute_root {p} first"
-    elif pr.kind == "outside":
+    elif pr.kind is ProblemKind.OUTSIDE:
         if kind == "compute_at" and moved == p:
             out = pr.consumers
             msg = (f"loop {at} does not enclose {', '.join(out)}, which read{'s' if len(out) == 1 else ''} "
@@ -464,7 +465,7 @@ def check_attachments(g: StageGraph, before: StageGraph, kind: str, inputs) -> N
                    "consumers inside it first)")
         else:
             c = g.stage(pr.consumers[0])
-            where = "at root" if c.attach.kind == "root" else f"at {c.attach.stage}.{c.attach.loop}"
+            where = "at root" if c.attach.kind is AttachKind.ROOT else f"at {c.attach.stage}.{c.attach.loop}"
             old_p, old_c = before.stage(p), before.stage(c.name)
             new = old_p is None or old_c is None or all(t is not old_p.tensor for t in old_c.read_tensors())
             if kind == "pack":

@@ -19,7 +19,7 @@ import numbers
 from dataclasses import dataclass
 
 from schedules.errors import DecisionError, RFactorError, ScheduleError, UnknownHandleError
-from schedules.state import StageGraph
+from schedules.state import AttachKind, StageGraph
 from tensorir.te import AxisKind
 
 from .arguments import SIGNATURES, check_instruction, show
@@ -153,7 +153,7 @@ class Schedule:
     @property
     def stages(self) -> list:
         """Names of the stages that have loops (inlined stages excluded)."""
-        return [s.name for s in self.state.stages if s.attach.kind != "inline"]
+        return [s.name for s in self.state.stages if s.attach.kind is not AttachKind.INLINE]
 
     def loops(self, stage) -> list:
         """Current loops of ``stage``, outermost first, as ``"stage.loop"`` handles."""
@@ -487,10 +487,10 @@ def describe(state: StageGraph, stage: str | None = None, loop: str | None = Non
     """Loop structure of every stage; ``stage.loop`` (or the whole stage) is marked."""
     lines = []
     for st in state.stages:
-        if st.attach.kind == "inline":
+        if st.attach.kind is AttachKind.INLINE:
             lines.append(f"stage {st.name}: inlined")
             continue
-        where = "root" if st.attach.kind == "root" else f"at {st.attach.stage}.{st.attach.loop}"
+        where = "root" if st.attach.kind is AttachKind.ROOT else f"at {st.attach.stage}.{st.attach.loop}"
         mark = "   <-- here" if stage == st.name and loop is None else ""
         kind = "reduction" if st.is_reduction else "elementwise"
         lines.append(f"stage {st.name} ({kind}{', output' if st.is_output else ''}), computed {where}:{mark}")

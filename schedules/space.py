@@ -25,6 +25,8 @@ R4  every other root stage: vectorize the last axis, fuse and parallelize the re
 """
 from __future__ import annotations
 
+from schedules.state import AttachKind
+
 from dataclasses import dataclass
 
 from schedules.lowering.checks import MAX_VECTOR_LANES
@@ -108,7 +110,7 @@ class GeneratedSpace:
                     s = s.compute_inline(st.name)
         # classify what is left
         g = s.state
-        live = [st for st in g.stages if st.attach.kind != "inline"]
+        live = [st for st in g.stages if st.attach.kind is not AttachKind.INLINE]
         epilogue_of = {}   # anchor -> elementwise output that reads it at identical indices
         hosted = {}        # stage -> elementwise output host (R2)
         for st in reversed(live):
@@ -163,7 +165,7 @@ class GeneratedSpace:
                     inside.add(name)
             done.add(h)
         for st in s.state.stages:
-            if st.name in done or st.attach.kind != "root" or st.relations or st.ann:
+            if st.name in done or st.attach.kind is not AttachKind.ROOT or st.relations or st.ann:
                 continue  # handled by a rule already (e.g. a pack stage of an anchor)
             if st.is_reduction:
                 continue  # a hosted reduction left at root: default loops

@@ -10,6 +10,7 @@ attached inside another stage's loop, from the region that is actually needed.
 """
 from __future__ import annotations
 
+import enum
 import re
 from dataclasses import dataclass, field
 
@@ -34,22 +35,47 @@ class Fuse:
     fused: str
 
 
+class AttachKind(enum.Enum):
+    ROOT = "root"          # its own loop nest at the top level
+    INLINE = "inline"      # substituted into its consumers (compute_inline)
+    AT = "at"              # inside a loop of another stage (compute_at)
+
+
+class StageOrigin(enum.Enum):
+    """Which primitive made a stage (workload stages are COMPUTE)."""
+    COMPUTE = "compute"
+    CACHE_WRITE = "cache_write"
+    PACK = "pack"
+    RFACTOR = "rfactor"
+
+
 @dataclass(frozen=True, slots=True)
 class Attach:
-    """Where a stage's loop nest goes: ``root``, ``inline``, or ``at`` a loop of another stage."""
-    kind: str                  # "root" | "inline" | "at"
+    """Where a stage's loop nest goes: at root, inline, or at loop ``loop`` of stage ``stage``."""
+    kind: AttachKind
     stage: str | None = None
     loop: str | None = None
 
+    @classmethod
+    def at(cls, stage: str, loop: str) -> "Attach":
+        return cls(AttachKind.AT, stage, loop)
 
-ROOT = Attach("root")
-INLINE = Attach("inline")
+
+ROOT = Attach(AttachKind.ROOT)
+INLINE = Attach(AttachKind.INLINE)
+
+
+class ProblemKind(enum.Enum):
+    DANGLING = "dangling"      # attached at a stage or loop that no longer exists
+    CYCLE = "cycle"            # attached, through other stages, inside itself
+    OUTSIDE = "outside"        # a consumer is not inside the loop it is attached at
+    VECTORIZED = "vectorized"  # attached inside a vectorized loop
 
 
 @dataclass(frozen=True, slots=True)
 class AttachProblem:
     """A broken invariant of ``compute_at`` that lowering relies on (see ``StageGraph.attach_problem``)."""
-    kind: str                  # "dangling" | "cycle" | "outside" | "vectorized"
+    kind: ProblemKind
     stage: str                 # the attached stage whose placement is broken
     host: str | None           # the stage and loop it is attached at
     loop: str | None
@@ -77,7 +103,7 @@ class Stage:
     ann: dict = field(default_factory=dict)          # leaf loop name -> ForKind
     attach: Attach = ROOT
     is_output: bool = False
-    origin: str = "compute"           # "compute" | "cache_write" | "pack" | "rfactor"
+    origin: StageOrigin = StageOrigin.COMPUTE
 
     @property
     def shape(self) -> tuple:
@@ -140,7 +166,7 @@ class StageGraph:
         return self.names[id(tensor)]
 
     def consumers(self, stage: Stage) -> list:
-        return [s for s in self.stages if s.attach is not INLINE and s.attach.kind != "inline"
+        return [s for s in self.stages if s.attach is not INLINE and s.attach.kind is not AttachKind.INLINE
                 and any(t is stage.tensor for t in s.read_tensors())]
 
     def inside(self, y: Stage, x: Stage, loop: str) -> bool:
@@ -152,7 +178,7 @@ class StageGraph:
             seen.add(cur.name)
             if cur.name == x.name:
                 return True
-            if cur.attach.kind != "at":
+            if cur.attach.kind is not AttachKind.AT:
                 return False
             if cur.attach.stage == x.name:
                 return cur.attach.loop in x.leaf and x.leaf.index(cur.attach.loop) >= pos
@@ -172,29 +198,29 @@ class StageGraph:
 
         Schedule checks it after every primitive, so that the primitive that breaks one is refused.
         """
-        attached = [s for s in self.stages if s.attach.kind == "at"]
+        attached = [s for s in self.stages if s.attach.kind is AttachKind.AT]
         if not attached:
             return None
         for p in attached:
             t = self.stage(p.attach.stage)
-            if t is None or t.attach.kind == "inline" or p.attach.loop not in t.leaf:
-                return AttachProblem("dangling", p.name, p.attach.stage, p.attach.loop)
+            if t is None or t.attach.kind is AttachKind.INLINE or p.attach.loop not in t.leaf:
+                return AttachProblem(ProblemKind.DANGLING, p.name, p.attach.stage, p.attach.loop)
         for p in attached:
             cur, seen = p, []
-            while cur.attach.kind == "at" and cur.name not in seen:
+            while cur.attach.kind is AttachKind.AT and cur.name not in seen:
                 seen.append(cur.name)
                 cur = self.stage(cur.attach.stage)
                 if cur is p:
-                    return AttachProblem("cycle", p.name, p.attach.stage, p.attach.loop, tuple(seen[1:]))
+                    return AttachProblem(ProblemKind.CYCLE, p.name, p.attach.stage, p.attach.loop, tuple(seen[1:]))
         for p in attached:
             t = self.stage(p.attach.stage)
             outside = tuple(c.name for c in self.consumers(p) if not self.inside(c, t, p.attach.loop))
             if outside:
-                return AttachProblem("outside", p.name, t.name, p.attach.loop, outside)
+                return AttachProblem(ProblemKind.OUTSIDE, p.name, t.name, p.attach.loop, outside)
         for p in attached:
             t = self.stage(p.attach.stage)
             if t.annotation(p.attach.loop) is ForKind.VECTORIZED:
-                return AttachProblem("vectorized", p.name, t.name, p.attach.loop)
+                return AttachProblem(ProblemKind.VECTORIZED, p.name, t.name, p.attach.loop)
         return None
 
     def fresh_name(self, base: str) -> str:
@@ -229,7 +255,7 @@ class StageGraph:
         return cls(params, stages, names)
 
 
-def make_stage(name: str, tensor: Tensor, is_output: bool, origin: str = "compute") -> Stage:
+def make_stage(name: str, tensor: Tensor, is_output: bool, origin: StageOrigin = StageOrigin.COMPUTE) -> Stage:
     op = tensor.op
     axes = list(op.axes) + list(op.reduce_axes)
     root, root_vars, loops = [], {}, {}

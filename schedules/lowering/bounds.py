@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from schedules.errors import LoweringError
-from schedules.state import Split, Stage, StageGraph
+from schedules.state import AttachKind, Split, Stage, StageGraph
 from tensorir.te import AxisKind, Reduce, free_vars
 from tensorir.te.expr import Binary, BinOp, Const, Expr, Var, const
 from tensorir.tir.analysis import Affine, affine, int_range
@@ -57,7 +57,7 @@ def infer_bounds(graph: StageGraph) -> Bounds:
     """Bound inference for every stage of ``graph`` (raises LoweringError on a bad attachment)."""
     attached: dict = {}
     for s in graph.stages:
-        if s.attach.kind == "at":
+        if s.attach.kind is AttachKind.AT:
             target = graph.stage(s.attach.stage)
             if target is None or s.attach.loop not in target.leaf:
                 raise LoweringError("compute_at", f"stage {s.name} is attached at {s.attach.stage}."
@@ -129,7 +129,7 @@ class _Inference:
         if s.name in self.busy:
             raise LoweringError("compute_at", f"stage {s.name} is (indirectly) attached inside itself")
         self.busy.add(s.name)
-        if s.attach.kind == "at":
+        if s.attach.kind is AttachKind.AT:
             region = self._infer_region(s)
         else:
             region = [(const(0), n) for n in s.shape]
@@ -176,7 +176,7 @@ class _Inference:
                 if not (isinstance(c, Const) and c.value):
                     conds.append((c, s.loops[rel.parent].kind is AxisKind.SPATIAL))
         pid = id(s.tensor)
-        if s.attach.kind == "at":
+        if s.attach.kind is AttachKind.AT:
             padded = self._overcompute(s, region) if pid not in self.params else set()
             for d, r in enumerate(spatial):
                 if d in padded:   # the tile computes past the edge: only tiles that start inside run
@@ -187,7 +187,7 @@ class _Inference:
                 conds.append((Binary(BinOp.GE, g, const(0)), True))
         if pid in self.params:
             buf, local = self.params[pid], False
-        elif s.attach.kind == "at":
+        elif s.attach.kind is AttachKind.AT:
             buf = Buffer(s.name, tuple(e for _, e in region), s.dtype, Scope.LOCAL)
             local = True
         else:
@@ -253,7 +253,7 @@ class _Inference:
         while True:
             if cur.name == x.name:
                 return True
-            if cur.attach.kind != "at":
+            if cur.attach.kind is not AttachKind.AT:
                 return False
             if cur.attach.stage == x.name:
                 return x.leaf.index(cur.attach.loop) >= pos

@@ -15,7 +15,7 @@ from schedules.errors import LoweringError
 from schedules.lowering.bounds import Bounds, StageLayout, infer_bounds
 from schedules.lowering.checks import check_annotations
 from schedules.lowering.guards import GuardScope
-from schedules.state import Stage, StageGraph
+from schedules.state import AttachKind, Stage, StageGraph
 from tensorir.te import AxisKind, Reduce, TensorRead
 from tensorir.te.expr import Binary, BinOp, Expr
 from tensorir.tir.ir import Allocate, For, Load, PrimFunc, Scope, Store, seq
@@ -49,10 +49,10 @@ class _Emitter:
         self.guards = GuardScope(bounds.var_kind)
 
     def run(self, name: str | None) -> PrimFunc:
-        body = seq(*[self.emit_stage(s) for s in self.g.stages if s.attach.kind == "root"])
+        body = seq(*[self.emit_stage(s) for s in self.g.stages if s.attach.kind is AttachKind.ROOT])
         for s in reversed(self.g.stages):
             lay = self.bounds.layout(s)
-            if lay.buffer.scope is Scope.GLOBAL and s.attach.kind == "root":
+            if lay.buffer.scope is Scope.GLOBAL and s.attach.kind is AttachKind.ROOT:
                 body = Allocate(lay.buffer, body)
         outs = [self.g.name_of(t) for t in self.g.params if not t.is_placeholder]
         fname = name or outs[-1]

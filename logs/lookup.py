@@ -105,7 +105,7 @@ def _summarize(records: Iterable[TuningRecord]) -> _WorkloadSummary:
         summary.name, summary.params = record.workload_name, record.workload_params
         summary.count += 1
         if not record.ok:
-            summary.errors[record.error_kind] += 1
+            summary.errors[str(record.error_kind)] += 1
             continue
         top = summary.best.setdefault(target_key(record.target), [])
         if len(top) < TOP_K or record.rank_key < top[-1].rank_key:

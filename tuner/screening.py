@@ -177,7 +177,7 @@ class Asker:
             st.asked += 1
             if cand.error is not None:
                 st.invalid += 1
-                st.errors[cand.error.error_kind] += 1
+                st.errors[str(cand.error.error_kind)] += 1
                 study.tell(cand.trial, 0.0)
                 self.invalid.append(cand)
             elif self._is_new(cand):

@@ -407,7 +407,7 @@ class Tuner:
                 add_trial(self.study, cand.decisions, cand.choices, gf)
                 st.mutants += 1
             if not rec.ok:
-                st.errors[rec.error_kind] += 1
+                st.errors[str(rec.error_kind)] += 1
             else:
                 st.contenders[st.add_score(gf, cand.decisions)] = cand
                 if st.best is None or rec.rank_key < st.best.rank_key:

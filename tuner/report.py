@@ -75,7 +75,7 @@ def report(log_paths=None, workload: str | None = None, params=(), top: int = 3,
     out = []
     for (key, target), recs in sorted(groups.items(), key=lambda kv: kv[1][0].workload_label):
         ok = [r for r in recs if r.ok]
-        errs = Counter(r.error_kind for r in recs if not r.ok)
+        errs = Counter(str(r.error_kind) for r in recs if not r.ok)
         head = recs[0]
         out.append(f"== {head.workload_label}  key {key[:12]}  on {target}")
         out.append(f"   {len(recs)} records: {len(ok)} ok" + (f", errors {dict(errs)}" if errs else ""))

@@ -68,6 +68,15 @@ def as_int(value, prim: str, what: str, minimum: int | None = 1) -> int:
     return value
 
 
+def _check_printable(name: str, prim: str, what: str) -> None:
+    """A name given to a primitive is printable: no name has a line break or another control character
+    (new names are checked against ``_LOOP_NAME`` / ``_STAGE_NAME``), and an error that names what it
+    was given must stay one line."""
+    if not name.isprintable():
+        raise ERRORS.get(prim, ScheduleError)(prim, f"expected {what}, got {show(name)}: a name with a line "
+                                              "break or another control character is not accepted")
+
+
 def _seq(value) -> bool:
     return isinstance(value, (list, tuple))
 
@@ -96,6 +105,7 @@ def check_instruction(kind, inputs, attrs, outputs) -> tuple:
     for x, w in zip(inputs, want_in):
         if not isinstance(x, str):
             raise exc(kind, f"expected {_WHAT[w]}, got {show(x)}")
+        _check_printable(x, kind, _WHAT[w])
     # attributes
     if attrs is None:
         attrs = {}
@@ -165,12 +175,16 @@ def _check_pack_attrs(inputs, attrs):
             raise PackError("pack", f"order of {tname} must list dimension keys like ['1.o', '0', '1.i']; got "
                             f"{show(order)}")
         attrs["order"] = [k if isinstance(k, str) else str(int(k)) for k in order]
+        for k in attrs["order"]:
+            _check_printable(k, "pack", f"a dimension key of the order of {tname}")
     if "consumers" in attrs:
         cons = attrs["consumers"]
         if not _seq(cons) or not all(isinstance(c, str) for c in cons):
             raise PackError("pack", f"consumers of the packed {tname} must be a list of stage names; got "
                             f"{show(cons)}")
         attrs["consumers"] = list(cons)
+        for c in cons:
+            _check_printable(c, "pack", f"a consumer of the packed {tname} (a stage name)")
     return attrs
 
 
@@ -181,6 +195,8 @@ def _check_rfactor_attrs(inputs, attrs):
     if "axis" in attrs and not isinstance(attrs["axis"], str):
         raise RFactorError("rfactor", f"axis of stage {inputs[0]} must be the name of a reduce loop, got "
                            f"{show(attrs['axis'])}")
+    if "axis" in attrs:
+        _check_printable(attrs["axis"], "rfactor", f"a reduce loop of stage {inputs[0]}")
     return attrs
 
 

@@ -104,6 +104,7 @@ class Stage:
     attach: Attach = ROOT
     is_output: bool = False
     origin: StageOrigin = StageOrigin.COMPUTE
+    read_cache: tuple | None = field(default=None, repr=False, compare=False)   # (body, its read tensors)
 
     @property
     def shape(self) -> tuple:
@@ -125,16 +126,18 @@ class Stage:
         return [n for n in walk(self.body) if isinstance(n, TensorRead)]
 
     def read_tensors(self) -> list:
-        seen = {}
-        for r in self.reads():
-            seen.setdefault(id(r.tensor), r.tensor)
-        return list(seen.values())
+        if self.read_cache is None or self.read_cache[0] is not self.body:   # bodies are immutable
+            seen = {}
+            for r in self.reads():
+                seen.setdefault(id(r.tensor), r.tensor)
+            self.read_cache = (self.body, tuple(seen.values()))
+        return list(self.read_cache[1])
 
     def copy(self) -> "Stage":
         return Stage(self.name, self.tensor, self.body, list(self.root), dict(self.root_vars),
                      {k: Loop(v.name, v.kind, v.extent) for k, v in self.loops.items()},
                      list(self.leaf), list(self.relations), dict(self.ann), self.attach,
-                     self.is_output, self.origin)
+                     self.is_output, self.origin, self.read_cache)
 
     def annotation(self, loop: str) -> ForKind:
         return self.ann.get(loop, ForKind.SERIAL)

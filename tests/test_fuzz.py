@@ -265,6 +265,25 @@ def test_finding_10_names_with_a_newline_make_multi_line_errors():
     _acceptable(wl, lambda: s.pack("X", {1: 4}, name="p\nq").parallel("p\nq.d0").split("p\nq.d0", factor=2))
 
 
+@pytest.mark.parametrize("make", [
+    lambda s: s.parallel("Y.x\ny"),
+    lambda s: s.split("Y.x\ny", factor=2),
+    lambda s: s.compute_inline("Y\r"),
+    lambda s: s.pack("X\n", {1: 4}),
+    lambda s: s.pack("X", {1: 4}, consumers=["Y\n"]),
+    lambda s: s.pack("X", {1: 4}, order=["0", "1.o", "1.i\n"]),
+    lambda s: Schedule.from_json(s.tensors, {"version": 1, "instructions": [["unroll", ["Y.\ni"], {}, []]]}),
+], ids=["parallel", "split", "compute_inline", "pack", "pack_consumers", "pack_order", "json"])
+def test_finding_10b_handles_with_a_newline_are_refused_in_one_line(make):
+    """The minimal case of finding 10 goes on from the last good schedule: parallel("Y.x\ny") then raised
+    "loop Y.x<newline>y does not exist", two lines.  Every name a primitive is given is checked once
+    (``check_instruction``): one with a control character is refused, shown as its repr."""
+    _, _, s = _add1()
+    with pytest.raises(ScheduleError, match="a name with a line break or another control character") as info:
+        make(s)
+    assert "\n" not in str(info.value)
+
+
 def test_finding_11_stage_names_with_a_dot_are_unaddressable():
     """cache_write(name="a.b") is accepted, but "a.b.i" then parses as stage "a": its loops cannot be
     scheduled.  A name a stage cannot be addressed by must be refused (or its handles must work)."""

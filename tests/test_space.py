@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from schedules.state import AttachKind
 from schedules.space import FixedDecisions, GeneratedSpace, RandomDecisions, SpaceOptions
 from tensorir import te
 from tensorir.tir.ir import ForKind
@@ -89,7 +90,7 @@ def test_row_reductions_inside_their_consumer_are_vector_partials_at_the_heurist
     s = space.apply(FixedDecisions(start))
     for k in factored:
         rf = s.state.stage(k.split(".")[0] + "_rf")
-        assert rf.attach.kind == "at" and rf.attach.stage == "Y"
+        assert rf.attach.kind is AttachKind.AT and rf.attach.stage == "Y"
         assert rf.ann.get(rf.leaf[-1]) is ForKind.VECTORIZED and rf.leaf[-1].startswith("k_v")
 
 

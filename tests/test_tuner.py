@@ -10,6 +10,7 @@ import pytest
 from logs import TuningFallbackWarning, TuningLog, build
 from schedules.knobs import KnobSpace, SplitEntity, _factorizations
 from schedules import Schedule
+from schedules.state import AttachKind
 from schedules.space import FixedDecisions, GeneratedSpace, MutatedDecisions, RandomDecisions, SpaceOptions
 from tensorir import ops
 from tensorir import te
@@ -296,7 +297,7 @@ def test_pack_in_task_packs_each_tasks_block_inside_the_parallel_loop(which):
         s = space.apply(src)
         assert src.decisions[f"{anchor}.pack_in_task"] is bool(in_task)
         stage = s.state.stage(packed)
-        assert (stage.attach.kind == "at") is bool(in_task), stage.attach
+        assert (stage.attach.kind is AttachKind.AT) is bool(in_task), stage.attach
         if in_task:
             assert f"{stage.attach.stage}.{stage.attach.loop}" == s.loops(name)[0], stage.attach
             assert s.loops(name)[0].startswith(f"{name}.j.")

@@ -637,3 +637,21 @@ def test_export_library_without_compiler(tmp_path, monkeypatch):
     monkeypatch.setattr(B.shutil, "which", lambda name: None)
     with pytest.raises(B.ToolchainError, match="needs a C compiler"):
         k.export_library(tmp_path / "x.so")
+
+
+def test_llvm_ir_is_the_same_in_every_process():
+    """Code generation depends on the IR only, not on object identities or hash seeds."""
+    import os
+    import subprocess
+    import sys
+    code = ("import hashlib\n"
+            "from schedules.decisions import FixedDecisions\n"
+            "from schedules.space import GeneratedSpace\n"
+            "from tensorir import ops\n"
+            "from tensorir.codegen import codegen\n"
+            "wls = (ops.matmul(67, 83, 29), ops.conv2d(1, 8, 14, 14, 16, 3, 3, pad=1), ops.dense(16, 64, 48))\n"
+            "text = ''.join(str(codegen(GeneratedSpace(w).apply(FixedDecisions({})).lower())) for w in wls)\n"
+            "print(hashlib.sha256(text.encode()).hexdigest())\n")
+    runs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in (0, 1, 2)}
+    assert len(runs) == 1, runs

@@ -138,7 +138,11 @@ class Addressing:
                 const += c * v.constant
                 continue
             by_depth.setdefault(depth, []).append((k, c, self.wide(k, v, depth)))
-        levels = [(d, sorted(by_depth[d], key=lambda t: str(t[0]))) for d in sorted(by_depth)]
+        # variables by name, then atoms by their text: the same IR always gives the same code
+        # (an atom's key is an object identity, which changes from run to run)
+        def order(term):
+            return (0, term[0]) if isinstance(term[0], str) else (1, str(atoms[term[0]]))
+        levels = [(d, sorted(by_depth[d], key=order)) for d in sorted(by_depth)]
         return levels, const
 
     def wide(self, key, v, depth: int):

@@ -15,11 +15,13 @@ import os
 import sys
 import time
 
+from .cmd_bench import add_parser as add_bench_parser
+from .cmd_bench import run as cmd_bench
+from .cmd_logs import add_parser as add_logs_parser
+from .cmd_logs import run as cmd_logs
+from .errors import CLIError
+
 EXIT_USAGE = 2
-
-
-class CLIError(Exception):
-    """A user error: printed as one line."""
 
 
 # ------------------------------------------------------------------ helpers
@@ -294,6 +296,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--log", action="append", help="log to read (repeatable; default: per-user + shipped logs)")
     r.add_argument("--top", type=int, default=3, help="schedules shown per workload (default 3)")
     r.add_argument("--loop-nest", action="store_true", help="print the best schedule's lowered loop nest")
+    add_logs_parser(sub)
+    add_bench_parser(sub)
     return p
 
 
@@ -306,7 +310,8 @@ def main(argv=None) -> int:
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE
-    handlers = {"workloads": cmd_workloads, "tune": cmd_tune, "report": cmd_report}
+    handlers = {"workloads": cmd_workloads, "tune": cmd_tune, "report": cmd_report, "logs": cmd_logs,
+                "bench": cmd_bench}
     import warnings
     saved = warnings.formatwarning
     # warnings (skipped log lines, fallbacks) are messages to the user: one line, no source excerpt

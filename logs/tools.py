@@ -111,7 +111,7 @@ def read_log(path: str | os.PathLike) -> LogContents:
         total.lines += one.lines
         total.skipped.update(one.skipped)
         if total.first_invalid is None and one.first_invalid is not None:
-            total.first_invalid = one.first_invalid.replace("line 1:", f"line {span[0]}:", 1)
+            total.first_invalid = one.first_invalid     # "line N: ...", N from the span
         out.entries.extend(Entry(path, span[0], r) for r in one.records)
     return out
 

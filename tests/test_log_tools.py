@@ -289,3 +289,16 @@ def test_bad_input_is_one_line_exit_2(capsys, args, pattern):
     code, _, err = run_cli(capsys, *args)
     assert code == 2 and err.count("\n") == 1
     assert re.match(r"tensortune: error: ", err) and re.search(pattern, err)
+
+
+def test_rewrite_replaces_the_log_whole_and_leaves_no_temporary_file(log_a, tmp_path):
+    from logs import LogError
+    log = TuningLog(log_a)
+    kept = [e.record for e in read_log(log_a).entries[:2]]
+    assert log.rewrite(kept) == 2
+    assert [TuningRecord.from_json(line) for line in _lines(log_a)] == kept   # the bad lines went too
+    log.append(kept[0])
+    assert len(read_log(log_a).entries) == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl", "a.jsonl.lock"]
+    with pytest.raises(LogError, match="opened read-only"):
+        TuningLog(log_a, mode="r").rewrite(kept)

@@ -4,6 +4,8 @@
     tensortune tune matmul M=512 N=512 K=512 --trials 64
     tensortune tune my_ops.py:stencil n=1000 --trials 32 --json
     tensortune report [--log PATH] [WORKLOAD [NAME=VALUE ...]]
+    tensortune logs show|merge|distill|verify ...     (tuner/cmd_logs.py)
+    tensortune bench WORKLOAD [NAME=VALUE ...]        (tuner/cmd_bench.py)
 
 Bad input ends with one line on stderr and exit status 2; no traceback.
 """

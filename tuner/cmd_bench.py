@@ -42,13 +42,10 @@ def _build(spec, threads: int, log):
 
 def _checked(kernel, spec, inputs, what: str):
     """A bound call of ``kernel`` whose outputs were checked against the reference."""
-    from .measure import MeasureConfig
-    from .worker import check_outputs
+    from .verify import output_problem
     outs = spec.empty_outputs()
     kernel(*inputs, *outs)
-    cfg = MeasureConfig()
-    problem = check_outputs([t.name for t in spec.output_tensors()], outs, spec.reference(inputs), cfg.rtol,
-                            cfg.atol, spec.reduction_length)
+    problem = output_problem(spec, inputs, outs)
     if problem:
         raise CLIError(f"the {what} kernel computes a wrong result here ({problem}); not timed")
     return kernel.bind(*inputs, *outs)

@@ -56,6 +56,18 @@ class Verdict:
         return self.status in FAILURES
 
 
+def output_problem(spec, inputs, outputs) -> str | None:
+    """None if a kernel's ``outputs`` for ``inputs`` match the workload's numpy reference, else why not.
+
+    The measurer's check (:func:`tuner.worker.check_outputs`) with its tolerances (:class:`MeasureConfig`).
+    """
+    from .measure import MeasureConfig
+    from .worker import check_outputs
+    cfg = MeasureConfig()
+    return check_outputs([t.name for t in spec.output_tensors()], outputs, spec.reference(inputs),
+                         cfg.rtol, cfg.atol, spec.reduction_length)
+
+
 def check_record(record, seed: int = 0) -> tuple[str, str]:
     """``(status, detail)`` of one record replayed and run on this machine.
 
@@ -69,10 +81,8 @@ def check_record(record, seed: int = 0) -> tuple[str, str]:
     from schedules.errors import ScheduleError
     from tensorir.runtime import build
 
-    from .measure import MeasureConfig
     from .spec import SpecError, WorkloadSpec
     from .text import one_line
-    from .worker import check_outputs
     try:
         spec = WorkloadSpec(record.workload_name, dict(record.workload_params))
         tensors = spec.tensors()
@@ -100,9 +110,7 @@ def check_record(record, seed: int = 0) -> tuple[str, str]:
         raise
     except Exception as err:  # noqa: BLE001
         return "runtime", f"{type(err).__name__}: {one_line(err)}"
-    cfg = MeasureConfig()
-    problem = check_outputs([t.name for t in spec.output_tensors()], outs, spec.reference(inputs),
-                            cfg.rtol, cfg.atol, spec.reduction_length)
+    problem = output_problem(spec, inputs, outs)
     return ("wrong", problem) if problem else ("ok", "")
 
 

@@ -14,6 +14,7 @@ import threading
 
 import numpy as np
 
+from tensorir.runtime import libinfo
 from tensorir.runtime import llvm as runtime
 from tensorir.runtime.jit import libgomp_path
 from tensorir.runtime.safety import SiteTable
@@ -241,22 +242,39 @@ class Kernel:
             raise ToolchainError(f"linking '{path}' failed ({' '.join(cmd)}):\n{proc.stderr}")
 
 
-def load_library(path, func: PrimFunc) -> Kernel:
-    """Load a library written by :meth:`Kernel.export_library` as a Kernel.
+def load_library(path, func: PrimFunc, symbol: str | None = None) -> Kernel:
+    """Load a kernel from a shared library as a Kernel.
+
+    The library is one written by :meth:`Kernel.export_library`, or by
+    ``tensortune build`` (:func:`tensorir.runtime.aot.build_library`): then
+    the kernel behind its C entry point ``symbol`` is loaded, after checking
+    that this host has every CPU feature the library was compiled for.
 
     Parameters
     ----------
     path : str or os.PathLike
         The shared library.
     func : PrimFunc
-        The function it was built from (gives the symbol name and the
-        parameter checks).
+        The function it was built from, or one with the same parameters (gives
+        the parameter checks, and the symbol of an ``export_library`` library).
+    symbol : str, optional
+        The kernel's symbol (default: ``func.name``).
+
+    Raises
+    ------
+    LibraryTargetError
+        The library was compiled for CPU features this host lacks.
     """
     lib = ctypes.CDLL(os.fspath(os.path.abspath(path)))
+    symbol = symbol or func.name
+    meta = libinfo.read_metadata(lib, symbol, path)
+    if meta is not None:
+        libinfo.check_target(meta, Target.host(), path)
+        func = dataclasses.replace(func, name=libinfo.kernel_symbol(symbol))
     try:
         sym = getattr(lib, func.name)
     except AttributeError:
-        raise ValueError(f"library '{path}' does not define kernel '{func.name}'") from None
+        raise ValueError(f"library '{path}' does not define kernel '{symbol}'") from None
     address = ctypes.cast(sym, ctypes.c_void_p).value
 
     def lookup(symbol):

@@ -19,6 +19,8 @@ import time
 
 from .cmd_bench import add_parser as add_bench_parser
 from .cmd_bench import run as cmd_bench
+from .cmd_build import add_parser as add_build_parser
+from .cmd_build import run as cmd_build
 from .cmd_logs import add_parser as add_logs_parser
 from .cmd_logs import run as cmd_logs
 from .errors import CLIError
@@ -300,6 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--loop-nest", action="store_true", help="print the best schedule's lowered loop nest")
     add_logs_parser(sub)
     add_bench_parser(sub)
+    add_build_parser(sub)
     return p
 
 
@@ -313,7 +316,7 @@ def main(argv=None) -> int:
         parser.print_help()
         return EXIT_USAGE
     handlers = {"workloads": cmd_workloads, "tune": cmd_tune, "report": cmd_report, "logs": cmd_logs,
-                "bench": cmd_bench}
+                "bench": cmd_bench, "build": cmd_build}
     import warnings
     saved = warnings.formatwarning
     # warnings (skipped log lines, fallbacks) are messages to the user: one line, no source excerpt

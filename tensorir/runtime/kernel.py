@@ -270,6 +270,7 @@ def load_library(path, func: PrimFunc, symbol: str | None = None) -> Kernel:
     meta = libinfo.read_metadata(lib, symbol, path)
     if meta is not None:
         libinfo.check_target(meta, Target.host(), path)
+        libinfo.check_params(meta, symbol, [(b.name, b.dtype, b.shape) for b in func.params], path)
         func = dataclasses.replace(func, name=libinfo.kernel_symbol(symbol))
     try:
         sym = getattr(lib, func.name)

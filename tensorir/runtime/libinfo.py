@@ -106,3 +106,25 @@ def check_target(meta: dict, host: Target, path="library") -> None:
         raise LibraryTargetError(
             f"{os.fspath(path)} was compiled for CPU '{target.get('cpu')}' and needs {shown}, which this host "
             f"('{host.cpu}') lacks; rebuild it on this machine (tensortune build ...)")
+
+
+def check_params(meta: dict, symbol: str, params, path="library") -> None:
+    """Refuse parameters (``(name, dtype, shape)`` triples) other than those kernel ``symbol`` was built for.
+
+    Raises
+    ------
+    ValueError
+        One line naming the first parameter whose dtype or shape differs, or the counts.
+    """
+    kernel = next((k for k in meta.get("kernels", []) if k.get("symbol") == symbol), None)
+    if kernel is None:
+        raise ValueError(f"{os.fspath(path)} does not define kernel '{symbol}'")
+    built = [(p["name"], p["dtype"], [int(d) for d in p["shape"]]) for p in kernel["params"]]
+    given = [(n, str(d), [int(x) for x in s]) for n, d, s in params]
+    if len(built) != len(given):
+        raise ValueError(f"{os.fspath(path)}: kernel '{symbol}' takes {len(built)} arrays, the function given "
+                         f"has {len(given)} parameters")
+    for i, ((name, dtype, shape), (_, gdtype, gshape)) in enumerate(zip(built, given)):
+        if (dtype, shape) != (gdtype, gshape):
+            raise ValueError(f"{os.fspath(path)}: kernel '{symbol}' parameter {i} ('{name}') is "
+                             f"{gdtype}{gshape} in the function given, {dtype}{shape} in the library")

@@ -104,9 +104,9 @@ def test_library_needs_only_libc_libm_libgomp(lib):
     ldd = subprocess.run(["ldd", str(path)], capture_output=True, text=True, check=True).stdout
     assert "not found" not in ldd
     # C-callable names: the entry points and the metadata function, nothing else without a dot
-    syms = subprocess.run(["nm", "-D", "--defined-only", str(path)], capture_output=True, text=True,
-                          check=True).stdout.split()
-    public = {s for s in syms if re.fullmatch(r"[A-Za-z_]\w*", s) and len(s) > 1}
+    lines = subprocess.run(["nm", "-D", "--defined-only", str(path)], capture_output=True, text=True,
+                           check=True).stdout.splitlines()
+    public = {ln.split()[-1] for ln in lines if re.fullmatch(r"[A-Za-z_]\w*", ln.split()[-1])}
     assert public == {"mm", "sm", "mm64", "tensortune_k_metadata"}
 
 
@@ -125,6 +125,7 @@ def test_header_declares_each_kernel_in_workload_order(lib):
     assert re.search(r"A\s+input\s+float64\s+\[9\]\[13\]", h) and re.search(r"Y\s+output\s+float32\s+\[7\]\[33\]", h)
     assert "row-major" in h and "aligned" in h and "returns 1: allocating" in h
     assert f"Parallel kernels run on libgomp threads: {THREADS}." in h
+    assert "Link with -L<folder> -lk" in h and "needs libc, libm and libgomp" in h
 
 
 def test_metadata_function(lib):

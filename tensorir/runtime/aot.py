@@ -335,6 +335,15 @@ def _comment(text: str) -> str:
     return " ".join(str(text).split()).replace("*/", "* /")
 
 
+def _link_hint(filename: str, uses_openmp: bool) -> str:
+    libs = "libc, libm" + (" and libgomp" if uses_openmp else "")
+    if filename.endswith(".o"):
+        return f"Link {filename} into a program with -lm" + (" -lgomp" if uses_openmp else "") + f" ({libs})."
+    stem = os.path.splitext(filename)[0]
+    flag = f"-l{stem[3:]}" if stem.startswith("lib") and len(stem) > 3 else filename
+    return f"Link with -L<folder> {flag} (with -Wl,-rpath,<folder> or LD_LIBRARY_PATH to run); it needs {libs}."
+
+
 def header_text(meta: dict, titles, filename: str, command: str | None = None) -> str:
     """The C header of a library described by ``meta`` (see :func:`build_library`)."""
     titles = [_comment(t) for t in titles]
@@ -351,6 +360,7 @@ def header_text(meta: dict, titles, filename: str, command: str | None = None) -
            f" * Compiled for CPU {target['cpu']} ({target['vector_bits']}-bit vectors); the code may use every",
            " * feature listed in the metadata's target, and a CPU without them may fault (SIGILL).",
            f" * Parallel kernels run on libgomp threads: {thread_text}.",
+           f" * {_link_hint(filename, meta['uses_openmp'])}",
            " *",
            " * Every argument is a dense row-major (C-contiguous) array of the shape and element type given,",
            " * aligned at least to its element size (64-byte alignment is best; any 4- or 8-byte aligned",

@@ -367,3 +367,35 @@ def test_help_documents_the_forms(capsys):
     out = capsys.readouterr().out
     for text in ("--workload", "FILE.json", "OUT.h", "tensortune_<LIB>_metadata", "--threads", "libgomp"):
         assert text in out
+
+
+_INT_WORKLOAD = '''
+from tensorir import te
+
+
+def iscale(n=10):
+    X = te.placeholder((n, 3), "int32", "X")
+    Y = te.compute((n, 3), lambda i, j: X[i, j] * 3 + 1, "Y")
+    return [X, Y]
+'''
+
+
+def test_int32_user_workload_and_no_c_compiler(tmp_path, monkeypatch, capsys):
+    (tmp_path / "myops.py").write_text(_INT_WORKLOAD)
+    (tmp_path / "w.json").write_text(json.dumps({"workload": "myops.py:iscale", "params": {"n": 5}}))
+    assert _build_cli(str(tmp_path / "w.json"), "--log", _parallel_log(tmp_path / "l.jsonl"),
+                      "-o", str(tmp_path / "libi.so")) == 0
+    assert "int iscale(const int32_t *X, int32_t *Y);" in (tmp_path / "libi.h").read_text()
+    fn = ctypes.CDLL(str(tmp_path / "libi.so")).iscale
+    x = np.arange(-7, 8, dtype=np.int32).reshape(5, 3)
+    y = np.zeros((5, 3), np.int32)
+    assert fn(ctypes.c_void_p(x.ctypes.data), ctypes.c_void_p(y.ctypes.data)) == 0
+    np.testing.assert_array_equal(y, x * 3 + 1)
+    # without a C compiler: a shared library is refused in one line, an object file is still written
+    monkeypatch.setattr("tensorir.runtime.aot.shutil.which", lambda name: None)
+    capsys.readouterr()
+    assert main(["build", "softmax", "rows=4", "cols=8", "-o", str(tmp_path / "x.so")]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert [ln for ln in err if "error" in ln] == [err[-1]] and "needs a C compiler" in err[-1]
+    assert _build_cli("softmax", "rows=4", "cols=8", "-o", str(tmp_path / "x.o")) == 0
+    assert (tmp_path / "x.o").read_bytes()[:4] == b"\x7fELF"

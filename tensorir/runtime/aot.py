@@ -185,6 +185,7 @@ def build_library(kernels, path, *, target: Target | None = None, threads: int =
         seen.add(k.symbol)
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
         raise LibraryError(f"threads must be an integer >= 0 (0: all cores), got {threads!r}")
+    cc = find_cc() if kind == ".so" else None     # before compiling anything
     host = Target.host()
     target = target or host
     lib = library_name(path)
@@ -203,7 +204,7 @@ def build_library(kernels, path, *, target: Target | None = None, threads: int =
     if kind == ".o":
         _write(path, obj)
     else:
-        _link(path, obj, meta["uses_openmp"])
+        _link(cc, path, obj, meta["uses_openmp"])
     header = header_path(path)
     with open(header, "w") as f:
         f.write(header_text(meta, [k.title for k in kernels], os.path.basename(path), command))
@@ -293,17 +294,21 @@ def find_cc() -> str:
     return cc
 
 
-def _link(path: str, obj: bytes, uses_openmp: bool) -> None:
-    cc = find_cc()
+def _link(cc: str, path: str, obj: bytes, uses_openmp: bool) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         src = os.path.join(tmp, "kernels.o")
         _write(src, obj)
         out = os.path.join(tmp, os.path.basename(path))
         # the system's libgomp (-lgomp), not a copy some wheel bundles: the library must need
         # nothing but libc, libm and libgomp.so.1 from the system
-        cmd = [cc, "-shared", "-o", out, src, f"-Wl,-soname,{os.path.basename(path)}", "-Wl,-z,noexecstack",
-               "-Wl,--no-undefined"] + (["-lgomp"] if uses_openmp else []) + ["-lm"]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        base = [cc, "-shared", "-o", out, src, f"-Wl,-soname,{os.path.basename(path)}", "-Wl,-z,noexecstack",
+                "-Wl,--no-undefined"]
+        # -l:libgomp.so.1 finds the runtime library when the compiler has no libgomp.so of its own
+        for gomp in (["-lgomp"], ["-l:libgomp.so.1"]) if uses_openmp else ([],):
+            cmd = base + gomp + ["-lm"]
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode == 0:
+                break
         if proc.returncode != 0:
             last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
             raise ToolchainError(f"linking {path} failed ({' '.join(cmd)}): {last}")

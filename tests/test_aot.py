@@ -33,6 +33,12 @@ THREADS = 2
 ALLOWED_NEEDED = {"libc.so.6", "libm.so.6", "libgomp.so.1"}
 
 
+@pytest.fixture(autouse=True)
+def _no_user_log(tmp_path, monkeypatch):
+    # builds without --log read the per-user log: this user's tuning must not change the tests
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+
 def _cc() -> str:
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
@@ -323,6 +329,44 @@ def test_library_for_a_cpu_the_host_cannot_run_is_refused(tmp_path):
         load_library(path, func, "mm")
     build_library([AotKernel("mm", func)], tmp_path / "here.so", version="test")   # the same, for this host
     assert load_library(tmp_path / "here.so", func, "mm").name == "mm.tensortune_kernel"
+    # the same through the command line
+    assert _build_cli("matmul", "M=8", "N=8", "K=8", "--name", "mm", "--target-features", features,
+                      "-o", str(tmp_path / "cli.so")) == 0
+    with pytest.raises(LibraryTargetError, match=rf"needs \+{lacking}, which this host"):
+        load_library(tmp_path / "cli.so", func, "mm")
+
+
+def test_cross_build_for_a_baseline_cpu_runs_here(tmp_path):
+    """x86-64 with SSE2 only: 128-bit code, a record tuned for that CPU, runnable on any x86-64 host."""
+    spec = WorkloadSpec.parse(MM[1], MM[2])
+    s = Schedule(spec.tensors()).tile(["C.i", "C.j"], [8, 4]).parallel("C.i.0")
+    s = s.reorder("C.i.0", "C.j.0", "C.k", "C.i.1", "C.j.1").vectorize("C.j.1")
+    rec = TuningRecord(workload_key=spec.key, workload_name=spec.name, workload_params=spec.params,
+                       target={"kind": "llvm", "cpu": "x86-64", "features": "+sse2", "threads": THREADS},
+                       trace=s.to_json(), costs=[1e-4])
+    TuningLog(tmp_path / "x86.jsonl").append(rec)
+    out = tmp_path / "libx.so"
+    assert _build_cli("--workload", "mm=" + " ".join([MM[1], *MM[2]]), "--workload", " ".join(["sm=softmax", *SM[2]]),
+                      "--target-cpu", "x86-64", "--target-features", "+sse2", "--threads", str(THREADS),
+                      "--log", str(tmp_path / "x86.jsonl"), "-o", str(out)) == 0
+    meta = json.loads(_meta_of(out, "x"))
+    assert meta["target"] == {"kind": "llvm", "cpu": "x86-64", "features": "+sse2", "vector_bits": 128}
+    assert meta["kernels"][0]["schedule_source"].startswith("tuned") and meta["kernels"][0]["uses_openmp"]
+    asm = subprocess.run(["objdump", "-d", str(out)], capture_output=True, text=True, check=True).stdout
+    assert "%xmm" in asm and "%ymm" not in asm and "%zmm" not in asm
+    for sym in ("mm", "sm"):
+        spec = WorkloadSpec.parse(*{"mm": MM, "sm": SM}[sym][1:])
+        kernel = load_library(out, Schedule(spec.tensors()).lower(), sym)
+        arrays = _inputs()[sym]
+        result = np.empty(spec.output_tensors()[0].shape, "float32")
+        kernel(*arrays, result)
+        np.testing.assert_allclose(result, _reference(sym, arrays), rtol=1e-5, atol=1e-5)
+
+
+def _meta_of(path, lib) -> str:
+    fn = getattr(ctypes.CDLL(str(path)), f"tensortune_{lib}_metadata")
+    fn.restype = ctypes.c_char_p
+    return fn().decode()
 
 
 # ------------------------------------------------------------------ bad input
@@ -348,12 +392,16 @@ def test_library_for_a_cpu_the_host_cannot_run_is_refused(tmp_path):
     (["-o", "{d}/x.so"], "nothing to build"),
     (["matmul", "--threads", "-1", "-o", "{d}/x.so"], "--threads"),
     (["matmul", "--log", "{d}/nolog.jsonl", "-o", "{d}/x.so"], "tuning log"),
+    (["matmul", "--target-cpu", "{other_cpu}", "-o", "{d}/x.so"], "needs --target-features"),
+    (["matmul", "--target-features", "+avx2,+nosuchfeature", "-o", "{d}/x.so"], "'+nosuchfeature' is not"),
+    (["matmul", "--target-cpu", "x86 64;", "--target-features", "+sse2", "-o", "{d}/x.so"], "not an LLVM CPU"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, message):
     (tmp_path / "dir.so").mkdir()
     (tmp_path / "w.json").write_text('{"workload": "matmul"}')
     (tmp_path / "bad.json").write_text('{"workload": "matmul", "shape": [3]}')
-    code = main(["build", *[a.format(d=tmp_path) for a in args]])
+    other_cpu = "haswell" if Target.host().cpu != "haswell" else "znver3"
+    code = main(["build", *[a.format(d=tmp_path, other_cpu=other_cpu) for a in args]])
     err = capsys.readouterr().err
     assert code == 2
     lines = [ln for ln in err.splitlines() if not ln.startswith("tensortune: warning:")]

@@ -29,7 +29,8 @@ success. The header documents every tensor's shape and dtype, and declares
 const char *tensortune_<LIB>_metadata(void), a JSON string with the target CPU and features, the
 thread count, each kernel's schedule hash and the tensortune version (<LIB>: the file name
 without extension and 'lib' prefix). The library needs only libc, libm and, for parallel kernels,
-libgomp; the code is compiled for this machine's CPU."""
+libgomp. The code is compiled for this machine's CPU, or for --target-cpu/--target-features
+(tensortune's load_library refuses a library whose CPU features the host lacks)."""
 
 EPILOG = """\
 workloads (any mix of the three forms below except 1 with 3):
@@ -45,6 +46,7 @@ examples:
   tensortune build matmul M=256 N=256 K=256 -o out/libmm.so
   tensortune build --workload "mm=matmul M=1 N=4096 K=4096" --workload "softmax rows=64" -o libk.so
   tensortune build kernels.json --log tuned.jsonl --threads 4 -o libk.o
+  tensortune build matmul --target-cpu znver3 --target-features "$(cat znver3-features.txt)" -o libmm.so
   cc main.c -L. -lk -Wl,-rpath,'$ORIGIN' -o main      (main.c includes "libk.h")"""
 
 
@@ -76,6 +78,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
     b.add_argument("--threads", type=int, default=0, metavar="T",
                    help="threads of parallel kernels, baked into the library; also the thread count whose "
                         "tuning records are preferred (default 0: libgomp's default, OMP_NUM_THREADS or all cores)")
+    b.add_argument("--target-cpu", metavar="CPU", help="compile for this LLVM CPU instead of this machine's "
+                   "(with --target-features; schedules are then looked up for that CPU)")
+    b.add_argument("--target-features", metavar="FEATURES", help="the target CPU's complete LLVM feature string "
+                   "(+avx2,+fma,...; as a tuning log's target records it); tensortune's load_library refuses the "
+                   "library on a host lacking any of them")
     b.add_argument("--quiet", action="store_true", help="print nothing but errors and warnings")
     return b
 
@@ -183,9 +190,54 @@ def schedule_hash(workload_key: str, trace: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _schedule_for(spec, logs_paths, threads):
+def target_from_args(args):
+    """The Target to compile for: this host, or ``--target-cpu`` / ``--target-features``."""
+    from tensorir.target import Target, vector_bits_of
+    host = Target.host(args.threads or None)
+    if args.target_cpu is None and args.target_features is None:
+        return host
+    cpu = args.target_cpu or host.cpu
+    if cpu != host.cpu and not args.target_features:
+        raise BuildError(f"--target-cpu {cpu} needs --target-features: the CPU's complete LLVM feature string "
+                         "(as a tuning log's target records it), which the library's metadata lists and "
+                         "load_library checks")
+    features = args.target_features or host.features
+    known = {f[1:] for f in host.features.split(",") if f[:1] in "+-"}
+    for f in features.split(","):
+        if f[:1] not in ("+", "-") or (known and f[1:] not in known):
+            raise BuildError(f"--target-features: {f!r} is not an LLVM x86 feature as +name or -name "
+                             "(e.g. +avx2,+fma)")
+    if not cpu.replace("-", "").replace(".", "").replace("_", "").isalnum():
+        raise BuildError(f"--target-cpu {cpu!r} is not an LLVM CPU name (e.g. znver3, skylake-avx512, x86-64-v3)")
+    return Target(cpu, features, vector_bits_of(features), host.cores, host.threads)
+
+
+def _cross_schedule(spec, logs_paths, target):
+    """``(schedule, how)`` for another CPU than this one: the logs' best record for ``target``, else the default."""
+    import logs
+    from schedules import Schedule
+    from schedules.errors import ScheduleError
+    tensors = spec.tensors()
+
+    def replays(record) -> bool:
+        try:
+            Schedule.from_json(tensors, record.trace)
+            return True
+        except (ScheduleError, ValueError, TypeError, KeyError):
+            return False
+    lookup = logs.find_best(spec.key, target.record(), logs_paths, name=spec.name, params=spec.params,
+                            usable=replays)
+    if lookup.record is None:
+        return Schedule(tensors), f"untuned for {target.cpu}: the default loop nest"
+    return Schedule.from_json(tensors, lookup.record.trace), f"tuned: {lookup.match} match in {lookup.source}"
+
+
+def _schedule_for(spec, logs_paths, threads, target=None):
     """``(schedule, how)``: the logs' best schedule for ``spec`` on this host, or the logs' fallback."""
     import logs
+    from tensorir.target import Target
+    if target is not None and target.cpu != Target.host().cpu:
+        return _cross_schedule(spec, logs_paths, target)
     tensors = spec.tensors()
     sch, lookup = logs.best_schedule(tensors, logs_paths, threads, name=spec.name, params=spec.params)
     if sch is None:   # the fallback is the logs' to choose (and to warn about)
@@ -200,7 +252,7 @@ def _schedule_for(spec, logs_paths, threads):
         how = f"tuned: {getattr(lookup, 'match', 'found')} match" + (f" in {source}" if source else "")
     else:
         how = "untuned: no tuning record for this workload"
-    return sch, how, lookup
+    return sch, how
 
 
 def _run(args) -> int:
@@ -219,6 +271,7 @@ def _run(args) -> int:
         check_output(args.output)
     except LibraryError as err:
         raise BuildError(str(err)) from None
+    target = target_from_args(args)
     requests = requests_from_args(args)
     named = {}
     for r in requests:
@@ -240,9 +293,9 @@ def _run(args) -> int:
             spec = WorkloadSpec.parse(r.workload, r.items)
         except SpecError as err:
             raise BuildError(f"{err}" + ("" if r.origin == "the command line" else f" (in {r.origin})")) from None
-        sch, how, _lookup = _schedule_for(spec, args.log, threads)
+        sch, how = _schedule_for(spec, args.log, threads, target)
         try:
-            func = sch.lower()
+            func = sch.lower(target=target)
         except ScheduleError as err:
             raise BuildError(f"{spec.label}: the schedule does not lower: {str(err).splitlines()[0]}") from None
         trace = sch.to_json()
@@ -254,8 +307,8 @@ def _run(args) -> int:
         kernels.append(AotKernel(r.symbol, func, title, info))
         rows.append((r.symbol, spec.label, how, info["schedule_hash"]))
     try:
-        lib = build_library(kernels, args.output, threads=args.threads, version=installed_version(),
-                            command=_command(requests, args))
+        lib = build_library(kernels, args.output, target=target, threads=args.threads, version=installed_version(),
+                            command=_command(requests, args, target))
     except LibraryError as err:
         raise BuildError(str(err)) from None
     if not args.quiet:
@@ -269,7 +322,7 @@ def _run(args) -> int:
     return 0
 
 
-def _command(requests, args) -> str:
+def _command(requests, args, target) -> str:
     """A command that builds the same library (for the header)."""
     parts = ["tensortune", "build"]
     for r in requests:
@@ -278,4 +331,6 @@ def _command(requests, args) -> str:
         parts += ["--log", shlex.quote(path)]
     if args.threads:
         parts += ["--threads", str(args.threads)]
+    if args.target_cpu or args.target_features:
+        parts += ["--target-cpu", shlex.quote(target.cpu), "--target-features", shlex.quote(target.features)]
     return " ".join(parts + ["-o", shlex.quote(os.path.basename(args.output))])

@@ -312,11 +312,7 @@ def _link(cc: str, path: str, obj: bytes, uses_openmp: bool) -> None:
         if proc.returncode != 0:
             last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
             raise ToolchainError(f"linking {path} failed ({' '.join(cmd)}): {last}")
-        os.replace(out, path) if _same_fs(out, path) else shutil.move(out, path)
-
-
-def _same_fs(a: str, b: str) -> bool:
-    return os.stat(os.path.dirname(a)).st_dev == os.stat(os.path.dirname(os.path.abspath(b))).st_dev
+        shutil.move(out, path)     # a rename on the same file system
 
 
 # ------------------------------------------------------------------ header

@@ -19,6 +19,7 @@ import argparse
 import glob
 import json
 import os
+import pathlib
 import statistics
 import subprocess
 import sys
@@ -133,7 +134,7 @@ def main(argv=None) -> int:
         obj = os.path.join(tmp, "lib_with_a_log.o")
         _cli_build(kernels, variants["with a log"], obj)
         size = {"so": os.path.getsize(so), "o": os.path.getsize(obj),
-                "h_lines": len(open(os.path.splitext(so)[0] + ".h").read().splitlines())}
+                "h_lines": len(pathlib.Path(os.path.splitext(so)[0] + ".h").read_text().splitlines())}
         syms = [s for s, _, _ in kernels]
         specs = [f"{s}={w}" for s, w, _ in kernels]
         load = {"dlopen": [], "load_library": [], "jit": []}

@@ -8,7 +8,8 @@ workloads measured on other CPUs; the lookup takes the nearest); "without": ``--
 (the logs' fallback schedule).  Build time is measured in process (``tuner.cli.main``, kernel and
 log caches cleared before each build) and as the whole command in a fresh process
 (``python -m tuner.cli build``, Python start and imports included); the two variants alternate
-round by round with a pause at each switch.  Load time is measured in fresh processes: ``dlopen``
+round by round with a pause at each switch; the in-process builds' CPU time (this process and the C
+compiler) is given too, as other processes' load changes it less than the wall time.  Load time is measured in fresh processes: ``dlopen``
 of the library and the lookup of its entry points (ctypes, no tensortune), tensortune's
 ``load_library`` (which also reads and checks the metadata), against building the same kernels
 from the log with the JIT (``logs.build``), alternating.  Medians.
@@ -20,6 +21,7 @@ import glob
 import json
 import os
 import pathlib
+import resource
 import statistics
 import subprocess
 import sys
@@ -51,12 +53,18 @@ def _in_process_build(kernels, log_args, out) -> float:
     from tuner.cli import main
     clear_cache()
     logs.clear_cache()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), _cpu_seconds()
     code = main(_cli_args(kernels, log_args, out))
-    elapsed = time.perf_counter() - t0
+    elapsed, cpu = time.perf_counter() - t0, _cpu_seconds() - c0
     if code != 0:
         raise SystemExit(f"build failed: {kernels} {log_args}")
-    return elapsed
+    return elapsed, cpu
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process and its finished children (the C compiler): other processes' load aside."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def _cli_build(kernels, log_args, out) -> float:
@@ -120,7 +128,7 @@ def main(argv=None) -> int:
     for name, kernels in LIBS.items():
         if args.only and name not in args.only:
             continue
-        times = {(v, how): [] for v in variants for how in ("in process", "command")}
+        times = {(v, how): [] for v in variants for how in ("in process", "in process CPU", "command")}
         last = None
         for r in range(args.rounds):
             for v, log_args in (variants.items() if r % 2 == 0 else reversed(variants.items())):
@@ -128,7 +136,9 @@ def main(argv=None) -> int:
                     time.sleep(PAUSE_S)
                 last = v
                 out = os.path.join(tmp, f"lib_{v.replace(' ', '_')}.so")
-                times[(v, "in process")].append(_in_process_build(kernels, log_args, out))
+                wall, cpu = _in_process_build(kernels, log_args, out)
+                times[(v, "in process")].append(wall)
+                times[(v, "in process CPU")].append(cpu)
                 times[(v, "command")].append(_cli_build(kernels, log_args, out))
         so = os.path.join(tmp, "lib_with_a_log.so")
         obj = os.path.join(tmp, "lib_with_a_log.o")
@@ -152,12 +162,13 @@ def main(argv=None) -> int:
         rows.append((name, med, size))
         print(json.dumps(raw[-1]), flush=True)
     print()
-    print("| library | build with a log: in process / command | build without a log: in process / command | "
-          ".so bytes | .o bytes | dlopen | load_library | JIT build from the log |")
+    print("| library | build with a log: in process (CPU) / command | build without a log: in process (CPU) / "
+          "command | .so bytes | .o bytes | dlopen | load_library | JIT build from the log |")
     print("|---|---|---|---|---|---|---|---|")
+    ms = lambda m, v: (f"{m[f'{v} / in process'] * 1e3:.0f} ({m[f'{v} / in process CPU'] * 1e3:.0f}) ms / "  # noqa: E731
+                       f"{m[f'{v} / command'] * 1e3:.0f} ms")
     for name, m, size in rows:
-        print(f"| {name} | {m['with a log / in process'] * 1e3:.0f} ms / {m['with a log / command'] * 1e3:.0f} ms "
-              f"| {m['without / in process'] * 1e3:.0f} ms / {m['without / command'] * 1e3:.0f} ms "
+        print(f"| {name} | {ms(m, 'with a log')} | {ms(m, 'without')} "
               f"| {size['so']:,} | {size['o']:,} | {m['load dlopen'] * 1e3:.2f} ms "
               f"| {m['load load_library'] * 1e3:.1f} ms | {m['load jit'] * 1e3:.0f} ms |")
     if args.out:

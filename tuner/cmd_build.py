@@ -192,8 +192,8 @@ def schedule_hash(workload_key: str, trace: dict) -> str:
 
 def target_from_args(args):
     """The Target to compile for: this host, or ``--target-cpu`` / ``--target-features``."""
-    from tensorir.target import Target, vector_bits_of
-    host = Target.host(args.threads or None)
+    from .target import compile_target
+    host = compile_target(args.threads or None)
     if args.target_cpu is None and args.target_features is None:
         return host
     cpu = args.target_cpu or host.cpu
@@ -209,7 +209,7 @@ def target_from_args(args):
                              "(e.g. +avx2,+fma)")
     if not cpu.replace("-", "").replace(".", "").replace("_", "").isalnum():
         raise BuildError(f"--target-cpu {cpu!r} is not an LLVM CPU name (e.g. znver3, skylake-avx512, x86-64-v3)")
-    return Target(cpu, features, vector_bits_of(features), host.cores, host.threads)
+    return compile_target(args.threads or None, cpu, features)
 
 
 def _cross_schedule(spec, logs_paths, target):
@@ -232,11 +232,10 @@ def _cross_schedule(spec, logs_paths, target):
     return Schedule.from_json(tensors, lookup.record.trace), f"tuned: {lookup.match} match in {lookup.source}"
 
 
-def _schedule_for(spec, logs_paths, threads, target=None):
-    """``(schedule, how)``: the logs' best schedule for ``spec`` on this host, or the logs' fallback."""
+def _schedule_for(spec, logs_paths, threads, target, host):
+    """``(schedule, how)``: the logs' best schedule for ``spec`` on ``target``, or the logs' fallback."""
     import logs
-    from tensorir.target import Target
-    if target is not None and target.cpu != Target.host().cpu:
+    if target.cpu != host.cpu:
         return _cross_schedule(spec, logs_paths, target)
     tensors = spec.tensors()
     sch, lookup = logs.best_schedule(tensors, logs_paths, threads, name=spec.name, params=spec.params)
@@ -262,6 +261,7 @@ def _run(args) -> int:
     from tensorir.runtime.aot import AotKernel, LibraryError, build_library, check_output, check_symbol
 
     from .spec import SpecError, WorkloadSpec
+    from .target import compile_target
     if args.threads < 0:
         raise BuildError(f"--threads must be an integer >= 0 (0: all cores), got {args.threads}")
     for path in args.log or []:
@@ -271,6 +271,7 @@ def _run(args) -> int:
         check_output(args.output)
     except LibraryError as err:
         raise BuildError(str(err)) from None
+    host = compile_target(args.threads or None)
     target = target_from_args(args)
     requests = requests_from_args(args)
     named = {}
@@ -293,7 +294,7 @@ def _run(args) -> int:
             spec = WorkloadSpec.parse(r.workload, r.items)
         except SpecError as err:
             raise BuildError(f"{err}" + ("" if r.origin == "the command line" else f" (in {r.origin})")) from None
-        sch, how = _schedule_for(spec, args.log, threads, target)
+        sch, how = _schedule_for(spec, args.log, threads, target, host)
         try:
             func = sch.lower(target=target)
         except ScheduleError as err:

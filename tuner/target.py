@@ -5,7 +5,7 @@
 """
 from __future__ import annotations
 
-from tensorir.target import Target
+from tensorir.target import Target, vector_bits_of
 
 
 def host_target(threads: int | None = None) -> dict:
@@ -14,3 +14,15 @@ def host_target(threads: int | None = None) -> dict:
     ``threads`` is the kernels' thread count; None means every core this process may run on.
     """
     return Target.host(threads or None).record()
+
+
+def compile_target(threads: int | None = None, cpu: str | None = None, features: str | None = None) -> Target:
+    """The :class:`Target` to compile for: this machine, or the CPU ``cpu`` with LLVM ``features``.
+
+    ``threads`` as for :func:`host_target`; a CPU given without features keeps the host's.
+    """
+    host = Target.host(threads or None)
+    if cpu is None and features is None:
+        return host
+    features = features or host.features
+    return Target(cpu or host.cpu, features, vector_bits_of(features), host.cores, host.threads)

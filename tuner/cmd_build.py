@@ -18,7 +18,7 @@ import shlex
 import sys
 from dataclasses import dataclass, field
 
-EXIT_USAGE = 2
+from .errors import CLIError
 
 DESCRIPTION = """\
 Compile workloads into one shared library (-o OUT.so) or object file (-o OUT.o), and write the C
@@ -48,10 +48,6 @@ examples:
   tensortune build kernels.json --log tuned.jsonl --threads 4 -o libk.o
   tensortune build matmul --target-cpu znver3 --target-features "$(cat znver3-features.txt)" -o libmm.so
   cc main.c -L. -lk -Wl,-rpath,'$ORIGIN' -o main      (main.c includes "libk.h")"""
-
-
-class BuildError(Exception):
-    """A user error of ``tensortune build``: printed as one line, exit status 2."""
 
 
 @dataclass
@@ -88,14 +84,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
-    """``tensortune build``: 0 on success, 2 (one line on stderr) on bad input, 1 if linking failed."""
+    """``tensortune build``: 0 on success; raises :class:`CLIError` on bad input; 1 if linking failed."""
     from tensorir.runtime import ToolchainError
     try:
         return _run(args)
-    except BuildError as err:
-        print(f"tensortune: error: {err}", file=sys.stderr)
-        return EXIT_USAGE
-    except ToolchainError as err:
+    except ToolchainError as err:   # not the user's input: one line, but not the usage status
         print(f"tensortune: error: {err}", file=sys.stderr)
         return 1
 
@@ -109,7 +102,7 @@ def requests_from_args(args) -> list:
     files = [i for i in items if i.endswith(".json")]
     if files and len(files) != len(items):
         others = [i for i in items if not i.endswith(".json")]
-        raise BuildError(f"give either JSON workload files or one WORKLOAD [NAME=VALUE ...], not both "
+        raise CLIError(f"give either JSON workload files or one WORKLOAD [NAME=VALUE ...], not both "
                          f"(got {', '.join(files)} and {' '.join(others)}); use --workload for more workloads")
     if files:
         for path in files:
@@ -117,21 +110,21 @@ def requests_from_args(args) -> list:
     elif items:
         out.append(Request(items[0], items[1:], args.name, "the command line"))
     if args.name is not None and (files or not items):
-        raise BuildError("--name names the positional WORKLOAD; name a --workload as 'SYMBOL=WORKLOAD ...' "
+        raise CLIError("--name names the positional WORKLOAD; name a --workload as 'SYMBOL=WORKLOAD ...' "
                          "and a JSON workload with \"symbol\"")
     for text in args.workload:
         try:
             words = shlex.split(text)
         except ValueError as err:
-            raise BuildError(f"--workload {text!r}: {err}") from None
+            raise CLIError(f"--workload {text!r}: {err}") from None
         if not words:
-            raise BuildError("--workload needs a workload: '[SYMBOL=]WORKLOAD [NAME=VALUE ...]'")
+            raise CLIError("--workload needs a workload: '[SYMBOL=]WORKLOAD [NAME=VALUE ...]'")
         symbol, sep, workload = words[0].rpartition("=")
         if sep and not (symbol and workload):
-            raise BuildError(f"--workload {text!r}: expected '[SYMBOL=]WORKLOAD [NAME=VALUE ...]'")
+            raise CLIError(f"--workload {text!r}: expected '[SYMBOL=]WORKLOAD [NAME=VALUE ...]'")
         out.append(Request(workload, words[1:], symbol or None, f"--workload {text!r}"))
     if not out:
-        raise BuildError("nothing to build: give WORKLOAD [NAME=VALUE ...], --workload SPEC or FILE.json "
+        raise CLIError("nothing to build: give WORKLOAD [NAME=VALUE ...], --workload SPEC or FILE.json "
                          "(see tensortune build --help)")
     return out
 
@@ -141,29 +134,29 @@ def _read_json(path: str) -> list:
         with open(path) as f:
             data = json.load(f)
     except FileNotFoundError:
-        raise BuildError(f"workload file {path} not found") from None
+        raise CLIError(f"workload file {path} not found") from None
     except (OSError, UnicodeDecodeError) as err:
-        raise BuildError(f"cannot read workload file {path}: {err}") from None
+        raise CLIError(f"cannot read workload file {path}: {err}") from None
     except json.JSONDecodeError as err:
-        raise BuildError(f"workload file {path} is not JSON: {err}") from None
+        raise CLIError(f"workload file {path} is not JSON: {err}") from None
     entries = data if isinstance(data, list) else [data]
     if not entries:
-        raise BuildError(f"workload file {path} holds an empty list")
+        raise CLIError(f"workload file {path} holds an empty list")
     out = []
     for n, e in enumerate(entries):
         where = f"{path}" + (f" entry {n}" if isinstance(data, list) else "")
         if not isinstance(e, dict) or not isinstance(e.get("workload"), str):
-            raise BuildError(f"{where}: expected an object with \"workload\" (and optional \"params\", \"symbol\"), "
+            raise CLIError(f"{where}: expected an object with \"workload\" (and optional \"params\", \"symbol\"), "
                              f"got {json.dumps(e)[:80]}")
         unknown = sorted(set(e) - {"workload", "params", "symbol"})
         if unknown:
-            raise BuildError(f"{where}: unknown key(s) {', '.join(unknown)}; expected workload, params, symbol")
+            raise CLIError(f"{where}: unknown key(s) {', '.join(unknown)}; expected workload, params, symbol")
         params = e.get("params", {})
         if not isinstance(params, dict):
-            raise BuildError(f"{where}: \"params\" must be an object of NAME: VALUE, got {json.dumps(params)[:80]}")
+            raise CLIError(f"{where}: \"params\" must be an object of NAME: VALUE, got {json.dumps(params)[:80]}")
         symbol = e.get("symbol")
         if symbol is not None and not isinstance(symbol, str):
-            raise BuildError(f"{where}: \"symbol\" must be a string, got {json.dumps(symbol)}")
+            raise CLIError(f"{where}: \"symbol\" must be a string, got {json.dumps(symbol)}")
         workload = e["workload"]
         head, sep, fn = workload.rpartition(":")
         if sep and head.endswith(".py") and not os.path.isabs(os.path.expanduser(head)):
@@ -198,17 +191,17 @@ def target_from_args(args):
         return host
     cpu = args.target_cpu or host.cpu
     if cpu != host.cpu and not args.target_features:
-        raise BuildError(f"--target-cpu {cpu} needs --target-features: the CPU's complete LLVM feature string "
+        raise CLIError(f"--target-cpu {cpu} needs --target-features: the CPU's complete LLVM feature string "
                          "(as a tuning log's target records it), which the library's metadata lists and "
                          "load_library checks")
     features = args.target_features or host.features
     known = {f[1:] for f in host.features.split(",") if f[:1] in "+-"}
     for f in features.split(","):
         if f[:1] not in ("+", "-") or (known and f[1:] not in known):
-            raise BuildError(f"--target-features: {f!r} is not an LLVM x86 feature as +name or -name "
+            raise CLIError(f"--target-features: {f!r} is not an LLVM x86 feature as +name or -name "
                              "(e.g. +avx2,+fma)")
     if not cpu.replace("-", "").replace(".", "").replace("_", "").isalnum():
-        raise BuildError(f"--target-cpu {cpu!r} is not an LLVM CPU name (e.g. znver3, skylake-avx512, x86-64-v3)")
+        raise CLIError(f"--target-cpu {cpu!r} is not an LLVM CPU name (e.g. znver3, skylake-avx512, x86-64-v3)")
     return compile_target(args.threads or None, cpu, features)
 
 
@@ -263,14 +256,14 @@ def _run(args) -> int:
     from .spec import SpecError, WorkloadSpec
     from .target import compile_target
     if args.threads < 0:
-        raise BuildError(f"--threads must be an integer >= 0 (0: all cores), got {args.threads}")
+        raise CLIError(f"--threads must be an integer >= 0 (0: all cores), got {args.threads}")
     for path in args.log or []:
         if not os.path.isfile(path):
-            raise BuildError(f"tuning log {path} " + ("is a directory" if os.path.isdir(path) else "not found"))
+            raise CLIError(f"tuning log {path} " + ("is a directory" if os.path.isdir(path) else "not found"))
     try:
         check_output(args.output)
     except LibraryError as err:
-        raise BuildError(str(err)) from None
+        raise CLIError(str(err)) from None
     host = compile_target(args.threads or None)
     target = target_from_args(args)
     requests = requests_from_args(args)
@@ -280,9 +273,9 @@ def _run(args) -> int:
         try:
             check_symbol(symbol)
         except LibraryError as err:
-            raise BuildError(f"{r.origin}: {err}" + ("" if r.symbol else " (give it a name)")) from None
+            raise CLIError(f"{r.origin}: {err}" + ("" if r.symbol else " (give it a name)")) from None
         if symbol in named:
-            raise BuildError(f"symbol {symbol!r} is given to two kernels ({named[symbol].origin} and {r.origin}); "
+            raise CLIError(f"symbol {symbol!r} is given to two kernels ({named[symbol].origin} and {r.origin}); "
                              "name them apart (--workload 'NAME=WORKLOAD ...', \"symbol\" in JSON)")
         r.symbol = symbol
         named[symbol] = r
@@ -293,12 +286,12 @@ def _run(args) -> int:
         try:
             spec = WorkloadSpec.parse(r.workload, r.items)
         except SpecError as err:
-            raise BuildError(f"{err}" + ("" if r.origin == "the command line" else f" (in {r.origin})")) from None
+            raise CLIError(f"{err}" + ("" if r.origin == "the command line" else f" (in {r.origin})")) from None
         sch, how = _schedule_for(spec, args.log, threads, target, host)
         try:
             func = sch.lower(target=target)
         except ScheduleError as err:
-            raise BuildError(f"{spec.label}: the schedule does not lower: {str(err).splitlines()[0]}") from None
+            raise CLIError(f"{spec.label}: the schedule does not lower: {str(err).splitlines()[0]}") from None
         trace = sch.to_json()
         description = get_workload(spec.name).description if spec.is_builtin else ""
         title = spec.label + (f": {description}" if description else "")
@@ -311,7 +304,7 @@ def _run(args) -> int:
         lib = build_library(kernels, args.output, target=target, threads=args.threads, version=installed_version(),
                             command=_command(requests, args, target))
     except LibraryError as err:
-        raise BuildError(str(err)) from None
+        raise CLIError(str(err)) from None
     if not args.quiet:
         width = max(len(s) for s, *_ in rows)
         for symbol, label, how, h in rows:

@@ -459,18 +459,20 @@ class Tuner:
 
     def _remeasure_finalists(self) -> None:
         """Measure the would-be finalists again until each has ``remeasure`` measurements (at most
-        that many extra rounds): the last rounds' lucky single measurements had no later round to
-        be repeated in, and would otherwise take finalist places from schedules that are fast."""
+        that many extra batches): the last rounds' lucky single measurements had no later round to
+        be repeated in, and would otherwise take finalist places from schedules that are fast.
+        Part of finishing, like the re-timing: logged here, not a round for the measure callbacks."""
         cfg, st = self.config, self.state
         for _ in range(max(cfg.remeasure - 1, 0)):
             due = [st.contenders[k] for k in st.ranked(st.contenders)[:cfg.finalists]
                    if len(st.scores[k][1]) < cfg.remeasure]
             if not due:
-                return
+                break
             rnd = Round()
             self._tell(rnd, [], [], due, self.measurer.measure([c.func for c in due]))
-            for callback in self.callbacks:
-                callback(self, rnd)
+            if self.log is not None:
+                for m in rnd.repeats:
+                    self.log.append(m.record)
         st.due = []
 
     def _confirm_finalists(self) -> None:

@@ -263,8 +263,9 @@ def _stream_bytes() -> int:
     return int(min(want, 1 << 30, max(avail // 4, 32 << 20)))
 
 
-def measure_bandwidth(threads: int, repeats: int = 5) -> float:
-    """Streaming read GB/s of ``threads`` threads over an array larger than the caches (best of ``repeats``)."""
+def measure_bandwidth(threads: int, repeats: int = 5, nbytes: int | None = None) -> float:
+    """Streaming read GB/s of ``threads`` threads over an array of ``nbytes`` (default: several times
+    the last-level cache, at least 256 MiB) (best of ``repeats``)."""
     lanes, accs = _lanes(), 8
     key = ("stream", lanes, accs)
     if key not in _compiled:
@@ -272,7 +273,7 @@ def measure_bandwidth(threads: int, repeats: int = 5) -> float:
     tracker, addr = _compiled[key]
     fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p)(addr)
     block = lanes * accs
-    n = _stream_bytes() // 4 // (block * threads) * (block * threads)
+    n = max((nbytes or _stream_bytes()) // 4 // (block * threads), 1) * (block * threads)
     data = np.ones(n, np.float32)           # (written once: every page is mapped before timing)
     part = n // threads
     outs = np.zeros((threads, lanes), np.float32)

@@ -8,7 +8,8 @@ the machine ceilings, which the caller passes in (``peaks``: from the cache or f
 Definitions used throughout:
 
 - a *trial* is a record that is neither a repeated (``remeasured``) nor a confirming
-  (``confirmed``) measurement and whose schedule was legal (error kind not ``schedule`` or
+  (``confirmed``) measurement, nor the default schedule's (no decisions: the tuner measures it
+  once beside the trials), and whose schedule was legal (error kind not ``schedule`` or
   ``lower``: those are *invalid* asks, never measured);
 - *tuning time* is the wall time the records span, from their timestamps, with any pause
   longer than :data:`RUN_GAP_S` between two records dropped (a log resumed later holds
@@ -47,7 +48,8 @@ def _schedule_key(rec) -> str:
 
 def is_trial(rec) -> bool:
     """A new candidate's measurement (see the module docstring)."""
-    return not rec.confirmed and not rec.remeasured and str(rec.error_kind) not in INVALID_KINDS
+    return (not rec.confirmed and not rec.remeasured and bool(rec.decisions)
+            and str(rec.error_kind) not in INVALID_KINDS)
 
 
 def compulsory_bytes(spec) -> int:

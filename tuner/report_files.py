@@ -63,6 +63,7 @@ def write(args) -> bool:
     from logs import default_log_paths
 
     from .report_data import gather
+    peaks = _peaks(args)
     fmt = "html" if args.html else args.format
     if fmt == "text":
         if args.output:
@@ -71,7 +72,6 @@ def write(args) -> bool:
     if args.html and args.output:
         raise ReportError("give the HTML file once: --html PATH, or --format html --output PATH")
     path = args.html or args.output
-    peaks = _peaks(args)
     data = gather(args.log or default_log_paths(), args.workload, args.params, top=args.top, peaks=peaks)
     if fmt == "html":
         from .report_html import render_html

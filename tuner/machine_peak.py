@@ -102,12 +102,12 @@ def machine_peak(cpu: str, threads: int, measure: bool = True, path=None) -> Mac
     host = Target.host()
     if not measure or cpu != host.cpu or threads < 1:
         return None
-    peak = MachinePeak(cpu, int(threads), measure_fma_peak(threads), measure_bandwidth(threads))
+    entry = {"peak_gflops": round(measure_fma_peak(threads), 2), "bandwidth_gbs": round(measure_bandwidth(threads), 2)}
     entries = read_cache(path)
-    entries[cache_key(cpu, threads)] = {"peak_gflops": round(peak.peak_gflops, 2),
-                                        "bandwidth_gbs": round(peak.bandwidth_gbs, 2)}
+    entries[cache_key(cpu, threads)] = entry
     _write_cache(entries, path)
-    return peak
+    # (rounded as cached: a report made now and one made from the cache later are the same bytes)
+    return MachinePeak(cpu, int(threads), entry["peak_gflops"], entry["bandwidth_gbs"], "measured")
 
 
 # ------------------------------------------------------------------ microbenchmarks

@@ -17,7 +17,11 @@ def _svg(fig, salt: str) -> str:
     with matplotlib.rc_context({"svg.hashsalt": salt, "svg.fonttype": "none"}):
         fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
     text = buf.getvalue()
-    return text[text.index("<svg"):]           # inline: no XML declaration or DOCTYPE
+    text = text[text.index("<svg"):]           # inline: no XML declaration or DOCTYPE
+    start, end = text.find("<metadata>"), text.find("</metadata>")
+    if 0 <= start < end:                       # (an empty RDF block naming its vocabularies by URL)
+        text = text[:start] + text[end + len("</metadata>"):].lstrip("\n")
+    return text
 
 
 def _figure(width: float, height: float, ncols: int = 1):

@@ -179,9 +179,9 @@ def test_innermost_loop_is_the_one_with_the_vector_arithmetic():
 
 
 def test_machine_ceilings_are_measured_once_and_cached(tmp_path, monkeypatch):
-    from tensorir.target import Target
     import tuner.machine_peak as mp
-    cpu = Target.host().cpu
+    from tuner.target import host_target
+    cpu = host_target()["cpu"]
     path = tmp_path / "machine.json"
     assert machine_peak(cpu, 1, measure=False, path=path) is None
     assert machine_peak("some-other-cpu", 1, path=path) is None        # never measured for another CPU

@@ -94,13 +94,12 @@ def machine_peak(cpu: str, threads: int, measure: bool = True, path=None) -> Mac
     written on another machine is not compared with this one's ceilings); the result is cached.
     Returns None when neither is possible.
     """
-    from tensorir.target import Target
+    from .target import host_target
     path = path or cache_path()
     entry = read_cache(path).get(cache_key(cpu, threads))
     if isinstance(entry, dict) and {"peak_gflops", "bandwidth_gbs"} <= set(entry):
         return MachinePeak(cpu, int(threads), float(entry["peak_gflops"]), float(entry["bandwidth_gbs"]), "cache")
-    host = Target.host()
-    if not measure or cpu != host.cpu or threads < 1:
+    if not measure or cpu != host_target()["cpu"] or threads < 1:
         return None
     entry = {"peak_gflops": round(measure_fma_peak(threads), 2), "bandwidth_gbs": round(measure_bandwidth(threads), 2)}
     entries = read_cache(path)
@@ -203,8 +202,11 @@ def _compile(ir: str, symbol: str):
 
 
 def _lanes() -> int:
-    from tensorir.target import Target
-    return Target.host().lanes32
+    """32-bit lanes of the host's widest vector register."""
+    from tensorir.target import vector_bits_of
+
+    from .target import host_target
+    return vector_bits_of(host_target()["features"]) // 32
 
 
 def _run_threads(call, threads: int) -> float:

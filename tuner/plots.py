@@ -58,14 +58,17 @@ def tuning_curve_svg(curve: list, salt: str) -> str:
 
 
 def roofline_svg(intensity: float, gflops: float, salt: str, peak_gflops: float | None = None,
-                 bandwidth_gbs: float | None = None) -> str:
+                 bandwidth_gbs: float | None = None, estimated: float | None = None) -> str:
     """The best schedule on a roofline: GFLOP/s against arithmetic intensity (FLOP per byte), log-log.
 
-    The roof is ``min(peak, bandwidth * intensity)`` when both ceilings are known.
+    The roof is ``min(peak, bandwidth * intensity)`` when both ceilings are known.  ``intensity``
+    counts compulsory traffic; ``estimated``, if given, is the intensity from the loop nest's
+    estimated traffic, drawn as a second, hollow point.
     """
     fig, (ax,) = _figure(5.5, 3.8)
-    lo = min(intensity, 1.0) / 8
-    hi = max(intensity, (peak_gflops / bandwidth_gbs) if peak_gflops and bandwidth_gbs else 1.0) * 8
+    xs_all = [intensity] + ([estimated] if estimated else [])
+    lo = min(*xs_all, 1.0) / 8
+    hi = max(*xs_all, (peak_gflops / bandwidth_gbs) if peak_gflops and bandwidth_gbs else 1.0) * 8
     xs = [lo * (hi / lo) ** (i / 63) for i in range(64)]
     if peak_gflops and bandwidth_gbs:
         ax.plot(xs, [min(peak_gflops, bandwidth_gbs * x) for x in xs], color="#444444", linewidth=1.5,
@@ -75,7 +78,11 @@ def roofline_svg(intensity: float, gflops: float, salt: str, peak_gflops: float 
     elif bandwidth_gbs:
         ax.plot(xs, [bandwidth_gbs * x for x in xs], color="#444444", linewidth=1.5,
                 label=f"bandwidth {bandwidth_gbs:.0f} GB/s")
-    ax.plot([intensity], [gflops], "o", color="#d62728", markersize=8, label=f"best: {gflops:.3g} GFLOP/s")
+    ax.plot([intensity], [gflops], "o", color="#d62728", markersize=8,
+            label=f"best: {gflops:.3g} GFLOP/s (compulsory traffic)")
+    if estimated:
+        ax.plot([estimated], [gflops], "o", markerfacecolor="none", markeredgecolor="#d62728", markersize=8,
+                label="best (estimated loop-nest traffic)")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)

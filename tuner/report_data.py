@@ -16,7 +16,9 @@ Definitions used throughout:
   several runs; ``runs`` counts them);
 - *bytes moved* is the compulsory traffic: every input tensor read once and every output
   written once (the cache-blind minimum; a schedule's real traffic is at least this), so the
-  arithmetic intensity is an upper bound and the roofline placement optimistic.
+  arithmetic intensity is an upper bound and the roofline placement optimistic.  Beside it, the
+  best schedule's *estimated traffic*: bytes its loop nest moves past a 1 MiB cache, from the cost
+  model's features (:func:`estimated_traffic`).
 """
 from __future__ import annotations
 
@@ -62,6 +64,15 @@ def compulsory_bytes(spec) -> int:
             n *= int(d)
         total += n
     return total
+
+
+def estimated_traffic(scheduled) -> float:
+    """Bytes the loop nest moves past a 1 MiB cache, as the cost model's features estimate them
+    (``func.total_traffic_l2``: per store, the footprint of the outermost loop level that fits the
+    cache times the iterations around it)."""
+    from cost_model import FEATURE_NAMES, extract_features
+    value = float(extract_features(scheduled)[FEATURE_NAMES.index("func.total_traffic_l2")])
+    return _r(2.0 ** value - 1.0)       # (features hold log2(1 + x))
 
 
 def _elapsed(recs: list) -> tuple:
@@ -136,7 +147,8 @@ def _best_schedule(spec, rec) -> dict:
     sch, func, scheduled, failure = replay_and_lower(lambda: Schedule.from_json(spec.tensors(), rec.trace))
     if failure is not None:
         return {"error": f"the best trace no longer replays here ({failure.error_kind}: {failure.error_msg})"}
-    out = {"python": sch.to_python(), "loop_nest": str(func), "facts": explain(scheduled)}
+    out = {"python": sch.to_python(), "loop_nest": str(func), "facts": explain(scheduled),
+           "traffic_bytes": estimated_traffic(scheduled)}
     try:
         out["asm"] = innermost_loop(kernel_asm(func))
     except Exception as err:  # noqa: BLE001 - a report still shows the rest
@@ -187,6 +199,9 @@ def _group_section(key: str, recs: list, top: int, peaks, accuracy: bool) -> dic
             sec["best"]["fraction_of_peak"] = _r(gflops / peak.peak_gflops, 3)
             sec["best"]["fraction_of_bandwidth"] = _r(nbytes / best.median_cost / 1e9 / peak.bandwidth_gbs, 3)
         sec["schedule"] = _best_schedule(spec, best)
+        traffic = sec["schedule"].get("traffic_bytes")
+        if traffic:
+            sec["intensity_estimated"] = _r(spec.flops / traffic)
     if accuracy:
         from .report_accuracy import ranking_accuracy
         sec["cost_model"] = ranking_accuracy(spec, trials)

@@ -64,10 +64,11 @@ def _plots(sid: str, sec: dict) -> list:
     if best is not None and sec.get("intensity"):
         out.append(_figure(sid, "roofline", plots.roofline_svg(
             sec["intensity"], best["gflops"], f"{sid}-roofline", peak["gflops"] if peak else None,
-            peak["bandwidth_gbs"] if peak else None),
+            peak["bandwidth_gbs"] if peak else None, sec.get("intensity_estimated")),
             "The best schedule against the machine's measured FMA peak and memory bandwidth. Arithmetic "
             "intensity counts compulsory traffic only (each tensor read or written once), so it is an upper "
-            "bound and the point sits at or right of its true place."))
+            "bound and the filled point sits at or right of its true place; the hollow point uses the loop nest's "
+            "traffic past a 1 MiB cache as the cost model's features estimate it."))
     return out
 
 

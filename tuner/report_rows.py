@@ -55,8 +55,8 @@ def summary_rows(sec: dict) -> list:
     rows.append(("candidates chosen by",
                  ", ".join(f"{origin_label(k)}: {v}" for k, v in origins.items()) if origins
                  else f"{NOT_RECORDED} (log written before tensortune recorded each candidate's origin)"))
-    rows.append(("tuning time", f"{sec['tuning_seconds']:.1f} s in {_count(sec['runs'], 'run')} "
-                 "(from record timestamps)"))
+    rows.append(("tuning time", f"{sec['tuning_seconds']:.1f} s in {_count(sec['runs'], 'run')}, from the first "
+                 "record to the last (record timestamps: a run's start-up before its first record is not in the log)"))
     best = sec["best"]
     if best is None:
         rows.append(("best", "no successful measurement"))
@@ -77,6 +77,10 @@ def summary_rows(sec: dict) -> list:
     if "bytes" in sec:
         rows.append(("bytes moved (compulsory)", _bytes(sec["bytes"])))
         rows.append(("arithmetic intensity", f"{sec['intensity']:g} FLOP/byte (upper bound: compulsory traffic)"))
+    traffic = (sec.get("schedule") or {}).get("traffic_bytes")
+    if traffic:
+        rows.append(("estimated traffic (loop nest)", f"{_bytes(int(traffic))} past a 1 MiB cache (cost-model "
+                     f"features), intensity {sec['intensity_estimated']:g} FLOP/byte"))
     cm = sec.get("cost_model")
     if cm is not None:
         rows.append(("cost model ranking accuracy",

@@ -117,6 +117,7 @@ def test_markdown_report_has_the_same_tables(tmp_path, capsys):
     (["--peak-gflops", "10"], "go together"),
     (["--peak-gflops", "-1", "--bandwidth-gbs", "3"], "--peak-gflops must be a positive number"),
     (["--output", "x.md"], "--output needs --format md"),
+    (["--remeasure", "--no-measure"], "contradict"),
 ])
 def test_report_flags_bad_input_is_one_line(capsys, args, pattern):
     code, _, err = run_cli(capsys, "report", "--log", str(OLD_LOG), *args)
@@ -193,6 +194,10 @@ def test_machine_ceilings_are_measured_once_and_cached(tmp_path, monkeypatch):
     again = machine_peak(cpu, 1, path=path)
     assert (again.peak_gflops, again.bandwidth_gbs, again.source) == (123.46, 7.0, "cache")
     assert list(read_cache(path)) == [f"{cpu}/threads=1"]
+    monkeypatch.setattr(mp, "measure_fma_peak", lambda threads: 200.0)      # (e.g. measured busy before)
+    fresh = machine_peak(cpu, 1, path=path, refresh=True)
+    assert (fresh.peak_gflops, fresh.source) == (200.0, "measured")
+    assert read_cache(path)[f"{cpu}/threads=1"] == {"peak_gflops": 200.0, "bandwidth_gbs": 7.0}
 
 
 def test_microbenchmarks_run_and_give_positive_figures():

@@ -11,7 +11,8 @@ microbenchmarks compiled with our own LLVM set-up and run on ``threads`` Python 
 - **Memory bandwidth**: a streaming read (a vector sum with 8 accumulators) of an array
   several times the last-level cache, each thread over its own contiguous part.
 
-Each is the best of a few repeats (a ceiling, not a typical value).  Results are cached in
+Each is the best of a few short repeats (a ceiling, not a typical value: on a busy machine the
+best of several short runs is the likeliest to have had the cores to itself).  Results are cached in
 ``machine.json`` beside the per-user tuning log, keyed by CPU name and thread count, so a
 machine is measured once; :func:`machine_peak` with ``measure=False`` only reads the cache.
 """
@@ -87,16 +88,17 @@ def _write_cache(entries: dict, path) -> None:
         pass
 
 
-def machine_peak(cpu: str, threads: int, measure: bool = True, path=None) -> MachinePeak | None:
+def machine_peak(cpu: str, threads: int, measure: bool = True, path=None, refresh: bool = False) -> MachinePeak | None:
     """The ceilings of CPU ``cpu`` at ``threads`` threads: from the cache, else measured here.
 
     Measuring happens only when ``measure`` is true and ``cpu`` is this host's CPU (a log
     written on another machine is not compared with this one's ceilings); the result is cached.
-    Returns None when neither is possible.
+    ``refresh`` ignores a cached entry (e.g. one measured while the machine was busy: a
+    microbenchmark sharing its cores reads low).  Returns None when neither is possible.
     """
     from .target import host_target
     path = path or cache_path()
-    entry = read_cache(path).get(cache_key(cpu, threads))
+    entry = None if refresh else read_cache(path).get(cache_key(cpu, threads))
     if isinstance(entry, dict) and {"peak_gflops", "bandwidth_gbs"} <= set(entry):
         return MachinePeak(cpu, int(threads), float(entry["peak_gflops"]), float(entry["bandwidth_gbs"]), "cache")
     if not measure or cpu != host_target()["cpu"] or threads < 1:
@@ -228,7 +230,7 @@ def _run_threads(call, threads: int) -> float:
     return max(done) - t0
 
 
-def measure_fma_peak(threads: int, repeats: int = 5, seconds: float = 0.05) -> float:
+def measure_fma_peak(threads: int, repeats: int = 9, seconds: float = 0.02) -> float:
     """FP32 FMA GFLOP/s of ``threads`` threads (best of ``repeats`` runs of about ``seconds``)."""
     lanes = _lanes()
     chains = 16 if lanes >= 16 else 12

@@ -24,6 +24,8 @@ def add_arguments(r) -> None:
     r.add_argument("--bandwidth-gbs", type=float, metavar="B", help="the machine's memory bandwidth, GB/s")
     r.add_argument("--no-measure", action="store_true", help="do not measure the machine's peak and bandwidth; "
                    "use only the cached values")
+    r.add_argument("--remeasure", action="store_true", help="measure the machine's peak and bandwidth again "
+                   "(replacing the cached values, e.g. ones measured while the machine was busy)")
 
 
 def _peaks(args):
@@ -36,16 +38,18 @@ def _peaks(args):
             if not (math.isfinite(v) and v > 0):
                 raise ReportError(f"{flag} must be a positive number, got {v:g}")
         return lambda cpu, threads: MachinePeak(cpu, threads, given[0], given[1], "given")
+    if args.remeasure and args.no_measure:
+        raise ReportError("--remeasure and --no-measure contradict each other")
     told = set()
 
     def peaks(cpu, threads):
-        found = machine_peak(cpu, threads, measure=False)
+        found = None if args.remeasure else machine_peak(cpu, threads, measure=False)
         if found is None and not args.no_measure:
             if (cpu, threads) not in told:
                 told.add((cpu, threads))
                 print(f"tensortune: measuring this machine's FMA peak and memory bandwidth at {threads} threads "
                       f"(once: cached in {cache_path()})", file=sys.stderr)
-            found = machine_peak(cpu, threads, measure=True)
+            found = machine_peak(cpu, threads, measure=True, refresh=args.remeasure)
         return found
     return peaks
 

@@ -71,7 +71,10 @@ def summary_rows(sec: dict) -> list:
                  "or the workload has no numpy implementation)"))
     rows.append(("machine ceilings", ceilings_text(sec["peak"])))
     if "fraction_of_peak" in best:
-        rows.append(("fraction of FMA peak", _pct(best["fraction_of_peak"])))
+        over = best["fraction_of_peak"] > 1 or best["fraction_of_bandwidth"] > 1
+        rows.append(("fraction of FMA peak", _pct(best["fraction_of_peak"])
+                     + (" (above 100%: the ceilings were measured while the machine was busy, or the working set "
+                        "stayed in cache; `tensortune report --remeasure` measures them again)" if over else "")))
         rows.append(("fraction of memory bandwidth", f"{_pct(best['fraction_of_bandwidth'])} "
                      f"({best['gbs']:g} GB/s of compulsory traffic)"))
     if "bytes" in sec:

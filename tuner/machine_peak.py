@@ -237,7 +237,7 @@ def measure_fma_peak(threads: int, repeats: int = 9, seconds: float = 0.02) -> f
     key = ("fma", lanes, chains)
     if key not in _compiled:
         _compiled[key] = _compile(_fma_ir(lanes, chains), "fma_peak")
-    tracker, addr = _compiled[key]
+    _tracker, addr = _compiled[key]     # (the tracker, kept in _compiled, keeps the code alive)
     fn = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p)(addr)
     xy = np.concatenate([np.full(lanes, 0.9999999, np.float32), np.full(lanes, 1e-7, np.float32)])
     outs = np.zeros((max(threads, 1), lanes), np.float32)
@@ -274,7 +274,7 @@ def measure_bandwidth(threads: int, repeats: int = 5, nbytes: int | None = None)
     key = ("stream", lanes, accs)
     if key not in _compiled:
         _compiled[key] = _compile(_stream_ir(lanes, accs), "stream_read")
-    tracker, addr = _compiled[key]
+    _tracker, addr = _compiled[key]     # (the tracker, kept in _compiled, keeps the code alive)
     fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p)(addr)
     block = lanes * accs
     n = max((nbytes or _stream_bytes()) // 4 // (block * threads), 1) * (block * threads)

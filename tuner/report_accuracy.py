@@ -11,6 +11,7 @@ ones is what the tuner faces: it ranks new candidates with a model fitted to ear
 from __future__ import annotations
 
 import json
+import math
 
 MIN_SAMPLES = 16
 """Fewer replayable trials than this and no accuracy is reported (a half of 8 ranks nothing)."""
@@ -50,7 +51,7 @@ def ranking_accuracy(spec, trials: list, min_samples: int = MIN_SAMPLES) -> dict
         if key in seen:
             continue
         seen.add(key)
-        _, func, scheduled, failure = replay_and_lower(lambda rec=rec: Schedule.from_json(tensors, rec.trace))
+        _, _func, scheduled, failure = replay_and_lower(lambda rec=rec: Schedule.from_json(tensors, rec.trace))
         if failure is not None or scheduled is None:
             continue
         feats.append(extract_features(scheduled))
@@ -66,7 +67,7 @@ def ranking_accuracy(spec, trials: list, min_samples: int = MIN_SAMPLES) -> dict
     if not model.is_trained:
         model.fit()
     acc = pairwise_accuracy(model.predict(X[half:]), y[half:])
-    if acc != acc:   # nan: every held-out schedule measured the same
+    if math.isnan(acc):   # every held-out schedule measured the same
         return {"accuracy": None, "train": half, "test": n - half,
                 "note": "the held-out schedules all measured the same throughput"}
     return {"accuracy": round(float(acc), 4), "train": half, "test": n - half,

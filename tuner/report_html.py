@@ -113,7 +113,7 @@ def render_html(data: dict) -> str:
     """The report page of :func:`tuner.report_data.gather`'s ``data``, as text."""
     secs = data["sections"]
     logs = ", ".join(data["logs"]) or "(none)"
-    body = [f"<h1>tensortune report</h1>", f'<p class="note">Logs: {escape(logs)}</p>']
+    body = ["<h1>tensortune report</h1>", f'<p class="note">Logs: {escape(logs)}</p>']
     if not secs:
         body.append(f"<p>No tuning records{' for ' + escape(data['workload']) if data.get('workload') else ''}.</p>")
     else:

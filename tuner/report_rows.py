@@ -54,7 +54,7 @@ def summary_rows(sec: dict) -> list:
     origins = sec["origins"]
     rows.append(("candidates chosen by",
                  ", ".join(f"{origin_label(k)}: {v}" for k, v in origins.items()) if origins
-                 else f"{NOT_RECORDED} (log written before tensortune recorded each candidate's origin)"))
+                 else NOT_RECORDED + " (log written before tensortune recorded each candidate's origin)"))
     rows.append(("tuning time", f"{sec['tuning_seconds']:.1f} s in {_count(sec['runs'], 'run')}, from the first "
                  "record to the last (record timestamps: a run's start-up before its first record is not in the log)"))
     best = sec["best"]
@@ -65,10 +65,13 @@ def summary_rows(sec: dict) -> list:
                  + (" (confirmed: re-timed side by side at the end of a run)" if best["confirmed"] else "")))
     rows.append(("best GFLOP/s", f"{best['gflops']:g}"))
     ref = sec["numpy"]
-    rows.append(("vs numpy", f"{ref['speedup']:g}x numpy's speed (numpy {format_latency(ref['numpy_seconds'])}, "
-                 f"tuned {format_latency(ref['tuned_seconds'])}, timed side by side when tuned)" if ref
-                 else f"{NOT_RECORDED} (the log holds no numpy timing: written before tensortune recorded it, "
-                 "or the workload has no numpy implementation)"))
+    if ref:
+        vs = (f"{ref['speedup']:g}x numpy's speed (numpy {format_latency(ref['numpy_seconds'])}, "
+              f"tuned {format_latency(ref['tuned_seconds'])}, timed side by side when tuned)")
+    else:
+        vs = (f"{NOT_RECORDED} (the log holds no numpy timing: written before tensortune recorded it, "
+              "or the workload has no numpy implementation)")
+    rows.append(("vs numpy", vs))
     rows.append(("machine ceilings", ceilings_text(sec["peak"])))
     if "fraction_of_peak" in best:
         over = best["fraction_of_peak"] > 1 or best["fraction_of_bandwidth"] > 1
@@ -82,8 +85,8 @@ def summary_rows(sec: dict) -> list:
         rows.append(("arithmetic intensity", f"{sec['intensity']:g} FLOP/byte (upper bound: compulsory traffic)"))
     traffic = (sec.get("schedule") or {}).get("traffic_bytes")
     if traffic:
-        rows.append(("estimated traffic (loop nest)", f"{_bytes(int(traffic))} past a 1 MiB cache (cost-model "
-                     f"features), intensity {sec['intensity_estimated']:g} FLOP/byte"))
+        rows.append(("estimated traffic (loop nest)", (f"{_bytes(int(traffic))} past a 1 MiB cache (cost-model "
+                                                        f"features), intensity {sec['intensity_estimated']:g} FLOP/byte")))
     cm = sec.get("cost_model")
     if cm is not None:
         rows.append(("cost model ranking accuracy",

@@ -3,7 +3,7 @@
     python benchmarks/fuzz_schedules.py --schedules 2000 --seed 1 --workers 2 --timeout 60
     python benchmarks/fuzz_schedules.py --replay benchmarks/results/fuzz-<date>-seed1.jsonl [--minimize]
 
-Case ``i`` of seed ``S`` is ``tests.schedule_fuzz.seeded_case(S, i, allow_huge=...)``: the workload
+Case ``i`` of seed ``S`` is ``tests.fuzz.cases.seeded_case(S, i, allow_huge=...)``: the workload
 and 3-12 primitives drawn against the schedule as it is, then the checks (lower, JSON and Python
 replays, build, a run on sentinel-fenced arrays against ``tensorir.evaluate``).  Cases run in
 worker processes (multiprocessing, spawn) under ``RLIMIT_AS`` (``--mem-gb``), so the huge factors
@@ -91,8 +91,9 @@ def _write_jsonl(path: Path, records) -> None:
 # ================================================================= main
 
 def fuzz(args) -> None:
-    from tests.schedule_fuzz import CATEGORIES, Pool
-    from tests.schedule_fuzz import LONG_RUN_ACCEPTABLE as ACCEPTABLE
+    from tests.fuzz.outcomes import CATEGORIES
+    from tests.fuzz.outcomes import LONG_RUN_ACCEPTABLE as ACCEPTABLE
+    from tests.fuzz.pool import Pool
     jobs = [{"kind": "seeded", "seed": args.seed, "index": i, "huge": not args.no_huge, "avoid": args.avoid_known,
              "checked": args.checked or None}
             for i in range(args.schedules)]
@@ -120,7 +121,10 @@ def fuzz(args) -> None:
 def replay(args) -> None:
     import random
 
-    from tests.schedule_fuzz import CATEGORIES, Pool, pick_workload, reproducer
+    from tests.fuzz.outcomes import CATEGORIES
+    from tests.fuzz.pool import Pool
+    from tests.fuzz.reproducer import reproducer
+    from tests.fuzz.workloads import pick_workload
     with open(args.replay) as f:
         recs = [json.loads(line) for line in f if line.strip()]
     for r in recs:

@@ -166,6 +166,59 @@ class TuningLog:
                     new.append(record)
         return self.extend(new)
 
+    def locked(self) -> filelock.FileLock:
+        """The log's write lock, as a context manager (re-entrant): hold it to read
+        and then :meth:`rewrite` the log without losing another writer's appends."""
+        return self._lock
+
+    def rewrite(self, records: Iterable[TuningRecord]) -> int:
+        """Replace the whole log by ``records``, atomically and under the lock.
+
+        The lines go to a temporary file beside the log, which is fsynced and
+        then renamed over the log while the lock is held, so a reader sees the
+        old file or the new one, never a mix, and an appender waits for the
+        rename instead of writing into the file being replaced.
+
+        Parameters
+        ----------
+        records : iterable of TuningRecord
+
+        Returns
+        -------
+        int
+            The number of records written.
+
+        Raises
+        ------
+        LogError
+            If the log was opened read-only, the lock is not obtained within
+            :data:`LOCK_TIMEOUT_SECONDS`, or the write fails.
+        """
+        if self.mode != "a":
+            raise LogError(f"cannot write tuning log {self.path}: opened read-only (mode 'r')")
+        data = "".join(r.to_json_line() + "\n" for r in records).encode("utf-8")
+        tmp = f"{self.path}.{os.getpid()}.tmp"
+        try:
+            with self._lock:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                try:
+                    written = 0
+                    while written < len(data):
+                        written += os.write(fd, data[written:])
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                os.replace(tmp, self.path)
+        except filelock.Timeout as exc:
+            raise LogError(f"cannot write tuning log {self.path}: lock {exc.lock_file} "
+                           f"held by another process for {LOCK_TIMEOUT_SECONDS:.0f} s") from exc
+        except OSError as exc:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            reason = exc.strerror or str(exc)
+            raise LogError(f"cannot write tuning log {self.path}: {reason}") from exc
+        return data.count(b"\n")
+
     # --- reading -------------------------------------------------------------------
     def read(self, warn: bool = True, stacklevel: int = 2,
              workload_key: str | None = None) -> ReadResult:

@@ -95,7 +95,7 @@ class Schedule:
                 except ScheduleError as err:
                     err.args = (f"{err.args[0]} (instruction {n} of the trace)",)
                     raise
-        self.state = _state
+        self._state = _state    # never mutated: primitives apply to a copy
 
     # ------------------------------------------------------------- core
     def _apply(self, state: StageGraph, inst: Instruction):
@@ -126,17 +126,17 @@ class Schedule:
         inputs = [self._name(x, kind) for x in inputs]
         inputs, attrs, _ = check_instruction(kind, inputs, _resolve(attrs or {}, self.decisions, kind), outputs)
         inst = Instruction(kind, tuple(inputs), _attrs(attrs), tuple(outputs))
-        state, made, _, _ = self._apply(self.state, inst)
+        state, made, _, _ = self._apply(self._state, inst)
         inst = Instruction(kind, inst.inputs, inst.attrs, tuple(made))
         return Schedule(self.tensors, self.trace + (inst,), self.decisions, _state=state)
 
     def _name(self, x, prim: str):
         """A tensor given for a stage or tensor name: its name in this schedule."""
         if hasattr(x, "op") and hasattr(x, "name"):
-            name = self.state.names.get(id(x))
+            name = self._state.names.get(id(x))
             if name is None:
                 raise UnknownHandleError(prim, f"tensor {x.name!r} is not part of this workload; tensors: "
-                                         f"{sorted(self.state.names.values())}")
+                                         f"{sorted(self._state.names.values())}")
             return name
         return x
 
@@ -153,30 +153,34 @@ class Schedule:
     @property
     def stages(self) -> list:
         """Names of the stages that have loops (inlined stages excluded)."""
-        return [s.name for s in self.state.stages if s.attach.kind is not AttachKind.INLINE]
+        return [s.name for s in self._state.stages if s.attach.kind is not AttachKind.INLINE]
 
     def loops(self, stage) -> list:
         """Current loops of ``stage``, outermost first, as ``"stage.loop"`` handles."""
-        st = get_stage(self.state, self._name(stage, "loops"), "loops")
+        st = get_stage(self._state, self._name(stage, "loops"), "loops")
         return [f"{st.name}.{n}" for n in st.leaf]
 
     def axes(self, stage) -> list:
         """Root spatial axes of ``stage`` as loop handles (original loop names)."""
-        st = get_stage(self.state, self._name(stage, "axes"), "axes")
+        st = get_stage(self._state, self._name(stage, "axes"), "axes")
         return [f"{st.name}.{n}" for n in st.spatial_root]
 
     def reduce_axes(self, stage) -> list:
-        st = get_stage(self.state, self._name(stage, "reduce_axes"), "reduce_axes")
+        st = get_stage(self._state, self._name(stage, "reduce_axes"), "reduce_axes")
         return [f"{st.name}.{n}" for n in st.root if st.loops[n].kind is AxisKind.REDUCE]
 
     def extent(self, loop: str) -> int:
         """Nominal extent of a loop (for a stage computed at another, the region may be smaller)."""
         from .primitives import get_loop
-        st, name = get_loop(self.state, loop, "extent")
+        st, name = get_loop(self._state, loop, "extent")
         return st.loops[name].extent
 
     def describe(self) -> str:
-        return describe(self.state)
+        return describe(self._state)
+
+    def stage_graph(self) -> StageGraph:
+        """A copy of the stage state this schedule's trace produced (editing it changes nothing)."""
+        return self._state.copy()
 
     # -------------------------------------------------------- primitives
     def split(self, loop: str, factor: int | None = None, nparts: int | None = None,
@@ -376,18 +380,18 @@ class Schedule:
         """
         from schedules.lowering import lower
         try:
-            return lower(self.state, target, name, until=until, print_after=print_after)
+            return lower(self._state, target, name, until=until, print_after=print_after)
         except ScheduleError as err:
-            err.nest = describe(self.state, err.stage, err.loop)
+            err.nest = describe(self._state, err.stage, err.loop)
             raise
 
     def lower_steps(self, name: str | None = None, target=None) -> list:
         """``[(pass name, PrimFunc after it)]`` for every lowering pass, in order."""
         from schedules.lowering import lower_steps
         try:
-            return lower_steps(self.state, target, name)
+            return lower_steps(self._state, target, name)
         except ScheduleError as err:
-            err.nest = describe(self.state, err.stage, err.loop)
+            err.nest = describe(self._state, err.stage, err.loop)
             raise
 
     def build(self, name: str | None = None, target=None, checked: bool = False, memory=None):

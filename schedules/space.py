@@ -102,14 +102,14 @@ class GeneratedSpace:
     def apply(self, src: DecisionSource) -> Schedule:
         """Build the schedule for the decisions ``src`` gives (may raise ScheduleError)."""
         s = self.base
-        g = s.state
+        g = s._state
         # R1: inline elementwise intermediates
         for st in list(g.stages):
             if not st.is_output and not st.is_reduction:
                 if src.choose(f"{st.name}.inline", [True, False]):
                     s = s.compute_inline(st.name)
         # classify what is left
-        g = s.state
+        g = s._state
         live = [st for st in g.stages if st.attach.kind is not AttachKind.INLINE]
         epilogue_of = {}   # anchor -> elementwise output that reads it at identical indices
         hosted = {}        # stage -> elementwise output host (R2)
@@ -141,18 +141,18 @@ class GeneratedSpace:
             s = self._tile_anchor(s, src, a.name, epilogue_of.get(a.name))
             done |= {a.name, epilogue_of.get(a.name), f"{a.name}_local"}
         # R2 hosts, then R4 for every other root stage
-        host_names = sorted(set(hosted.values()), key=lambda n: [x.name for x in s.state.stages].index(n))
+        host_names = sorted(set(hosted.values()), key=lambda n: [x.name for x in s._state.stages].index(n))
         for h in host_names:
             s = self._elementwise(s, src, h, keep_outer=True)
             outer = s.loops(h)[0]
             inside = {h}
-            for name in reversed([x.name for x in s.state.stages]):
+            for name in reversed([x.name for x in s._state.stages]):
                 if hosted.get(name) != h:
                     continue
                 # offered only when every consumer already runs inside the host's loop
-                cons = {c.name for c in s.state.consumers(s.state.stage(name))}
+                cons = {c.name for c in s._state.consumers(s._state.stage(name))}
                 if cons <= inside and src.choose(f"{name}.compute_at", [True, False]):
-                    f = self._row_rfactor(src, s.state.stage(name))
+                    f = self._row_rfactor(src, s._state.stage(name))
                     if f:
                         s = s.rfactor(name, f)
                         rf = s.trace[-1].outputs[0]
@@ -164,7 +164,7 @@ class GeneratedSpace:
                         s = s.compute_at(name, outer)
                     inside.add(name)
             done.add(h)
-        for st in s.state.stages:
+        for st in s._state.stages:
             if st.name in done or st.attach.kind is not AttachKind.ROOT or st.relations or st.ann:
                 continue  # handled by a rule already (e.g. a pack stage of an anchor)
             if st.is_reduction:
@@ -179,7 +179,7 @@ class GeneratedSpace:
         if ``parallel`` (off for a stage computed inside a parallel loop) and the decision says so.
         ``chunks_first``: the loop over the last loop's vector chunks goes right after the first
         loop (a transposing pack then gathers one vector's rows at a time, see ``_tile_anchor``)."""
-        st = s.state.stage(name)
+        st = s._state.stage(name)
         loops = s.loops(name)
         last = loops[-1]
         n = s.extent(last)
@@ -204,7 +204,7 @@ class GeneratedSpace:
         return s
 
     def _tile_anchor(self, s: Schedule, src, name: str, epilogue: str | None) -> Schedule:
-        st = s.state.stage(name)
+        st = s._state.stage(name)
         spatial = [f"{name}.{n}" for n in st.spatial_root]
         reduce = [f"{name}.{n}" for n in st.root if st.loops[n].kind is AxisKind.REDUCE]
         ext = {lp: s.extent(lp) for lp in spatial + reduce}
@@ -253,7 +253,7 @@ class GeneratedSpace:
         packs = []
         transposed = set()   # packs whose panel axis is not the source's contiguous one
         for tensor, dim in _packable(st, vec_axis.split(".", 1)[1]):
-            tname = s.state.name_of(tensor)
+            tname = s._state.name_of(tensor)
             if t3[vec_axis] > 1 and src.choose(f"{name}.pack_{tname}", [True, False]):
                 order = [f"{dim}.o"] + [str(d) for d in range(tensor.ndim) if d != dim] + [f"{dim}.i"]
                 s = s.pack(tname, {dim: t3[vec_axis]}, order=order, consumers=[name])
@@ -275,7 +275,7 @@ class GeneratedSpace:
             row = spatial[-2]
             vec_var = st.root_vars[vec_axis.split(".", 1)[1]]
             for tensor, dim in _packable(st, row.split(".", 1)[1]):
-                tname = s.state.name_of(tensor)
+                tname = s._state.name_of(tensor)
                 if any(_mentions(i, vec_var) for r in st.reads() if r.tensor is tensor for i in r.indices):
                     continue
                 # the heuristic packs when the rows are the source's contiguous axis (A[k, i])
@@ -488,7 +488,7 @@ def _fuse_parallel(s: Schedule, loops: list, src, name: str) -> Schedule:
 
 def _register_tile(s: Schedule, name: str, unroll_k: bool) -> Schedule:
     """Vectorize the innermost loop, unroll the other register-tile loops (and the inner k)."""
-    st = s.state.stage(name)
+    st = s._state.stage(name)
     loops = s.loops(name)
     inner_sp = []
     for lp in reversed(loops):

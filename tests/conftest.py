@@ -65,7 +65,7 @@ def conv_wl(N=1, C=3, H=11, W=9, K=5, R=3, S=3, pad=1):
 
 
 def random_inputs(tensors, seed=0):
-    from tests.schedule_fuzz import make_inputs    # one input generator for the suite and the fuzzer
+    from tests.fuzz.workloads import make_inputs    # one input generator for the suite and the fuzzer
     return make_inputs(tensors, seed)
 
 

@@ -13,10 +13,12 @@ from tensorir.runtime import jit, llvm as runtime
 from tensorir.target import Target
 from tensorir.runtime import Kernel, build, cache_info, clear_cache, compile_func, load_library
 from tensorir.codegen import CodegenError, codegen
+from tensorir.codegen.parallel import MIN_REGION_WORK, work
 from tensorir.te.expr import Binary, BinOp, Cast, Select, Unary, UnOp, Var
 from tensorir.tir.ir import Allocate, IfThenElse, PrimFunc, Scope, seq
 
-from tests.loopir import PARALLEL, SERIAL, UNROLLED, VECTORIZED, _e, buf, c, ld, loop, rand, rng, run, st  # noqa: F401
+from tests.loopir import (PARALLEL, SERIAL, UNROLLED, VECTORIZED, _e, buf, c, ld, loop, prepared, rand, rng,  # noqa: F401
+                          run, st)
 
 
 def guarded(n, dtype="float32", at="start"):
@@ -344,7 +346,7 @@ def test_register_tiled_matmul(outer, threads):
 # ---------------------------------------------------------------- parallel + allocations
 
 def test_parallel_with_local_allocation():
-    M, N = 37, 8
+    M, N = 37, 512
     A, B = buf("A", (M, N)), buf("B", (M, N))
     tmp = buf("tmp", (N,), scope=Scope.LOCAL)
     i, j = Var("i"), Var("j")
@@ -359,7 +361,7 @@ def test_parallel_with_local_allocation():
 
 
 def test_nested_parallel_runs_serially_inside():
-    M, N = 6, 10
+    M, N = 6, 4000
     A, B = buf("A", (M, N)), buf("B", (M, N))
     i, j = Var("i"), Var("j")
     f = PrimFunc("nested", (A, B),
@@ -392,7 +394,7 @@ def test_consecutive_parallel_loops_share_one_region_with_a_barrier():
 
 
 def test_parallel_captures_outer_loop_var():
-    M, N = 4, 33
+    M, N = 4, 20001
     A, B = buf("A", (M, N)), buf("B", (M, N))
     i, j = Var("i"), Var("j")
     f = PrimFunc("inner_par", (A, B),
@@ -400,6 +402,35 @@ def test_parallel_captures_outer_loop_var():
     a, out = rand((M, N)), np.zeros((M, N), np.float32)
     run(f, a, out, threads=2)
     np.testing.assert_array_equal(out, a * np.arange(M, dtype=np.float32)[:, None])
+
+
+def test_small_parallel_loop_in_a_long_serial_loop_runs_serially():
+    # One thread-team start per outer iteration would cost microseconds each
+    # (hours for the fuzzer's 1.1e9-iteration nest): small regions run serially.
+    M, N = 50000, 2
+    A, B = buf("A", (M, N)), buf("B", (M, N))
+    i, j = Var("i"), Var("j")
+    f = PrimFunc("tiny_par", (A, B), loop(i, M, loop(j, N, st(B, (i, j), ld(A, i, j) + c(1.0)), PARALLEL)))
+    a, out = rand((M, N)), np.zeros((M, N), np.float32)
+    k = run(f, a, out, threads=2)
+    np.testing.assert_array_equal(out, a + 1)
+    assert "GOMP_parallel" not in k.llvm_ir
+    # the same loop with enough work per region keeps its thread team
+    f = PrimFunc("big_par", (A, B), loop(i, M, loop(j, N, st(B, (i, j), ld(A, i, j) * c(2.0))), PARALLEL))
+    k = run(f, a, out, threads=2)
+    np.testing.assert_array_equal(out, a * 2)
+    assert k.llvm_ir.count("call void @GOMP_parallel") == 1
+
+
+def test_region_work_counts_stores_of_every_loop_in_the_run():
+    n = MIN_REGION_WORK // 2
+    A, B = buf("A", (n,)), buf("B", (n,))
+    i, j = Var("i"), Var("j")
+    one = loop(i, n, st(B, (i,), ld(A, i)), PARALLEL)
+    two = loop(j, n, st(A, (j,), ld(B, j)), PARALLEL)
+    assert work(one) == n and work(seq(one, two)) == 2 * n
+    assert "GOMP_parallel" not in str(codegen(prepared(PrimFunc("one", (A, B), one))))
+    assert "GOMP_parallel" in str(codegen(prepared(PrimFunc("two", (A, B), seq(one, two)))))
 
 
 @pytest.mark.parametrize("scope,n", [(Scope.GLOBAL, 100), (Scope.LOCAL, 20000)])

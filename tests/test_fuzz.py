@@ -1,6 +1,6 @@
 """Schedule fuzzing: random schedules on our own workloads either are refused or are right.
 
-``test_random_schedules`` draws a workload of ``tests/schedule_fuzz.py`` and a seed; in a worker
+``test_random_schedules`` draws a workload of ``tests/fuzz/workloads.py`` and a seed; in a worker
 process (so that a segfault or a hang fails the test instead of killing pytest) the seed
 draws 3-12 primitives on the schedule as it is (custom names, numpy and huge factors, wrong
 arguments and malformed traces on purpose now and then) and the result is checked: lowered,
@@ -26,7 +26,14 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from schedules import Schedule, ScheduleError
-from tests import schedule_fuzz as F
+from tests.fuzz.calls import call, call_to_python, decode
+from tests.fuzz.cases import replay_calls
+from tests.fuzz.check import IN_PROCESS_MAX_BYTES, allocated_bytes, check
+from tests.fuzz.outcomes import ACCEPTABLE, worst
+from tests.fuzz.pool import Pool
+from tests.fuzz.reproducer import record_report, reproducer
+from tests.fuzz.sentinels import Guarded
+from tests.fuzz.workloads import NORMAL_WORKLOADS, WORKLOADS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,53 +45,69 @@ EXAMPLES = int(os.environ.get("TENSORTUNE_FUZZ_EXAMPLES", "300"))
 @pytest.fixture(scope="module")
 def worker():
     """One worker process (spawned once): a kernel that segfaults or hangs fails the test, not pytest."""
-    with F.Pool(1, timeout=120, mem_gb=4) as pool:
+    with Pool(1, timeout=120, mem_gb=4) as pool:
         yield pool
 
 
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
           phases=[Phase.explicit, Phase.generate],          # no shrinking: the report has its own reproducer
           suppress_health_check=list(HealthCheck))
-@given(name=st.sampled_from(F.NORMAL_WORKLOADS), seed=st.integers(0, 2 ** 32 - 1))
+@given(name=st.sampled_from(NORMAL_WORKLOADS), seed=st.integers(0, 2 ** 32 - 1))
 def test_random_schedules(worker, name, seed):
-    rec = worker.run([{"kind": "case", "workload": name, "seed": seed, "max_bytes": F.IN_PROCESS_MAX_BYTES}],
+    rec = worker.run([{"kind": "case", "workload": name, "seed": seed, "max_bytes": IN_PROCESS_MAX_BYTES}],
                      quiet=True)[0]
-    assert rec["category"] in F.ACCEPTABLE, F.record_report(rec)
+    assert rec["category"] in ACCEPTABLE, record_report(rec)
 
 
 def test_workloads_default_schedules_are_right():
     """Every fuzz workload, unscheduled, builds and matches the evaluator (the fuzzer's baseline)."""
-    for name in F.NORMAL_WORKLOADS:
-        case = F.replay_calls(name, [])
+    for name in NORMAL_WORKLOADS:
+        case = replay_calls(name, [])
         assert case.category == "ok", case.report()
 
 
 def test_checker_catches_wrong_and_oob():
     """The checker itself: a guard overwrite is ``oob`` and a wrong value is ``wrong``."""
-    g = F.Guarded((3, 5), "float32")
+    g = Guarded((3, 5), "float32")
     g.buf[g.guard_elems + 15] = 1.0                       # one past the end
     assert not g.guards_intact()[0]
-    g = F.Guarded((3, 5), "int32")
+    g = Guarded((3, 5), "int32")
     assert g.guards_intact()[0]
-    assert F._worst(["ok", "wrong", "replay_python"]) == "wrong"
-    assert F.allocated_bytes("  X_pack = alloc_global([2, 1, 1000000000], float32)") == 8 * 10 ** 9
+    assert worst(["ok", "wrong", "replay_python"]) == "wrong"
+    assert allocated_bytes("  X_pack = alloc_global([2, 1, 1000000000], float32)") == 8 * 10 ** 9
 
 
 def test_call_encoding_round_trips():
-    c = F.call("split", "Y.j", factor=np.int64(4), names=("x", "x"))
+    c = call("split", "Y.j", factor=np.int64(4), names=("x", "x"))
     again = json.loads(json.dumps(c))
-    assert F.decode(again["kwargs"]) == {"factor": np.int64(4), "names": ("x", "x")}
-    assert type(F.decode(again["kwargs"])["factor"]) is np.int64
-    p = F.call("pack", "X", {1: 4}, order=["1.o", "0", "1.i"])
-    assert F.decode(json.loads(json.dumps(p))["args"]) == ["X", {1: 4}]
-    assert F.call_to_python(c) == "s = s.split('Y.j', factor=np.int64(4), names=('x', 'x'))"
+    assert decode(again["kwargs"]) == {"factor": np.int64(4), "names": ("x", "x")}
+    assert type(decode(again["kwargs"])["factor"]) is np.int64
+    p = call("pack", "X", {1: 4}, order=["1.o", "0", "1.i"])
+    assert decode(json.loads(json.dumps(p))["args"]) == ["X", {1: 4}]
+    assert call_to_python(c) == "s = s.split('Y.j', factor=np.int64(4), names=('x', 'x'))"
+
+
+def test_reproducer_rebuilds_the_case(capsys):
+    """The Python a case report prints runs on its own and rebuilds the case's schedule and category."""
+    Y = WORKLOADS["add1_5x7"].make()[1]
+    calls = [call("cache_write", Y, name="Ybuf"), call("split", "Y.j", factor=np.int64(3)),
+             call("vectorize", "nosuch.i"), {"op": "$revert"}, call("parallel", "Ybuf.i")]
+    case = replay_calls("add1_5x7", calls)
+    assert case.results == ["ok", "ok", "refused", "reverted", "ok"]
+    text = reproducer(case.workload, case.calls, case.results, case.findings)
+    assert "# s = s.vectorize('nosuch.i')  # refused" in text
+    assert "tensor_named('Y')" in text
+    ns: dict = {}
+    exec(compile(text, "<reproducer>", "exec"), ns)  # noqa: S102 - that is the test
+    assert json.loads(json.dumps(ns["s"].to_json(), default=repr)) == case.trace
+    assert capsys.readouterr().out.split()[0] == case.category == "ok"
 
 
 # ------------------------------------------------------------------ findings
 
 def _add1():
-    tensors = F.WORKLOADS["add1_5x7"].make()
-    return F.WORKLOADS["add1_5x7"], tensors, Schedule(tensors)
+    tensors = WORKLOADS["add1_5x7"].make()
+    return WORKLOADS["add1_5x7"], tensors, Schedule(tensors)
 
 
 def _acceptable(workload, make_schedule) -> str:
@@ -94,8 +117,8 @@ def _acceptable(workload, make_schedule) -> str:
     except ScheduleError as err:
         assert "\n" not in str(err).strip(), f"multi-line ScheduleError: {err!r}"
         return "refused"
-    out = F.check(workload, s)
-    assert out.category in F.ACCEPTABLE, f"{out.category}: {out.message}"
+    out = check(workload, s)
+    assert out.category in ACCEPTABLE, f"{out.category}: {out.message}"
     return out.category
 
 
@@ -112,7 +135,7 @@ def test_finding_2_to_python_keeps_custom_names():
     ns = {"Schedule": Schedule, "tensors": list(s.tensors)}
     exec(s.to_python(), ns)                    # UnknownHandleError: loop Y.n does not exist
     assert ns["s"].to_json() == s.to_json()
-    assert F.check(wl, s).category == "refused", F.check(wl, s).message
+    assert check(wl, s).category == "refused", check(wl, s).message
 
 
 @pytest.mark.parametrize("make", [
@@ -123,14 +146,14 @@ def test_finding_2_to_python_keeps_custom_names():
 def test_finding_2b_to_python_keeps_every_custom_name(make):
     """Same for fuse(name=), cache_write(name=) and pack(name=)."""
     wl, _, s = _add1()
-    out = F.check(wl, make(s))
+    out = check(wl, make(s))
     assert out.category == "ok", out.message
 
 
 def test_finding_2c_to_python_keeps_rfactor_name():
-    wl = F.WORKLOADS["exp_rowsum_5x7"]
+    wl = WORKLOADS["exp_rowsum_5x7"]
     s = Schedule(wl.make()).rfactor("r", 2, name="part")
-    out = F.check(wl, s)
+    out = check(wl, s)
     assert out.category == "ok", out.message
 
 
@@ -207,14 +230,14 @@ def test_finding_5_wrong_arguments_raise_schedule_error(make):
 
 def test_finding_6_cache_write_after_compute_at():
     """compute_at("e", "r.k").cache_write("r") was accepted; lower() then failed blaming compute_at."""
-    wl = F.WORKLOADS["exp_rowsum_5x7"]
+    wl = WORKLOADS["exp_rowsum_5x7"]
     s = Schedule(wl.make()).compute_at("e", "r.k")
     try:
         s = s.cache_write("r")
     except ScheduleError as err:
         assert "\n" not in str(err).strip()
         return
-    out = F.check(wl, s)             # accepted: then it must lower (and be right)
+    out = check(wl, s)             # accepted: then it must lower (and be right)
     assert out.category == "ok", f"{out.category}: {out.message}"
 
 
@@ -231,7 +254,7 @@ def _accepted_then_right(workload, make_schedule) -> None:
     except ScheduleError as err:
         assert "\n" not in str(err).strip(), f"multi-line ScheduleError: {err!r}"
         return
-    out = F.check(workload, s)
+    out = check(workload, s)
     assert out.category == "ok", f"accepted, then {out.category}: {out.message}"
 
 
@@ -311,7 +334,7 @@ def test_finding_12_new_stages_break_earlier_compute_at(workload, make):
     that is computed at another stage (the pack at root reads it), rfactor of a stage that a
     producer is computed at, and compute_root of a consumer that a producer is computed inside of.
     Each is accepted; lower() then fails blaming compute_at."""
-    wl = F.WORKLOADS[workload]
+    wl = WORKLOADS[workload]
     _accepted_then_right(wl, lambda: make(Schedule(wl.make())))
 
 
@@ -351,7 +374,7 @@ def test_finding_1c_from_json_duplicate_outputs():
 def test_finding_15_non_string_stage_names():
     """cache_write(name=3) is accepted; a later compute_at error then fails to format its own message
     (TypeError: sequence item 0: expected str instance, int found)."""
-    wl = F.WORKLOADS["size1_reduce_1x7x1"]
+    wl = WORKLOADS["size1_reduce_1x7x1"]
     _acceptable(wl, lambda: Schedule(wl.make()).cache_write("R", name=3).compute_at("T", "R.l"))
 
 
@@ -366,7 +389,7 @@ def test_finding_18_fuse_beyond_int32_is_refused_by_fuse():
     """The long run's sibling of finding 17: a fused loop of 2.2e9 iterations was accepted, then lower()
     raised ExprError or build() CodegenError (neither a ScheduleError).  fuse, the only primitive that
     makes a loop longer than a stage's axes, refuses it.  Nothing is lowered or allocated."""
-    tensors = F.WORKLOADS["huge_intermediate"].make()
+    tensors = WORKLOADS["huge_intermediate"].make()
     with pytest.raises(ScheduleError, match=r"^fuse: loops T\.i \(2 iterations\) and T\.j \(1,100,000,000\) "
                        r"would make a loop of 2,200,000,000 iterations; expected fewer than 2\*\*31") as info:
         Schedule(tensors).fuse("T.i", "T.j")
@@ -377,7 +400,7 @@ def test_finding_18_fuse_beyond_int32_is_refused_by_fuse():
 def test_finding_17_loop_extents_beyond_int32():
     """fuse gives a loop of 2 x 1.1e9 iterations (past int32); a split of it lowers a guard whose
     constant 2200000000 does not fit: ExprError from lower().  Lowering only: nothing is allocated."""
-    tensors = F.WORKLOADS["huge_intermediate"].make()
+    tensors = WORKLOADS["huge_intermediate"].make()
     try:
         s = Schedule(tensors).fuse("T.i", "T.j").split("T.i.j.fused", factor=669728150)
         s.lower()

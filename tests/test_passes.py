@@ -212,11 +212,12 @@ def test_vector_chunks_leave_other_loops_alone():
 
 def test_bound_inference_alone_gives_read_only_layouts():
     s = Schedule(conv_wl()).split("conv.h", factor=4).compute_at("pad", "conv.h.0")
-    bounds = infer_bounds(s.state)
-    pad = bounds.layout(s.state.stage("pad"))
+    g = s.stage_graph()
+    bounds = infer_bounds(g)
+    pad = bounds.layout(g.stage("pad"))
     assert [ext for _, ext in pad.region] == [1, 3, 6, 11]        # 4 output rows read 6 padded rows
     assert pad.local and pad.buffer.scope is Scope.LOCAL and pad.buffer.shape == (1, 3, 6, 11)
-    assert bounds.attached[("conv", "h.0")] == (s.state.stage("pad"),)
+    assert bounds.attached[("conv", "h.0")] == (g.stage("pad"),)
     with pytest.raises(TypeError):
         pad.extents["h"] = 1
     with pytest.raises(TypeError):

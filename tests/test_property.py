@@ -57,7 +57,7 @@ def _random_loop_nest(data, s: Schedule, stage: str) -> Schedule:
 
 
 def _is_reduce(s: Schedule, loop: str) -> bool:
-    st_ = s.state.stage(loop.split(".", 1)[0])
+    st_ = s.stage_graph().stage(loop.split(".", 1)[0])
     return st_.loops[loop.split(".", 1)[1]].kind.value == "reduce"
 
 

@@ -187,7 +187,7 @@ def test_pack_clamps_a_factor_past_the_dimension_as_split_does():
     X = te.placeholder((2, 11), "float32", "X")
     Y = te.compute((2, 11), lambda i, j: X[i, j] * 2.0, "Y")
     s = Schedule([X, Y]).pack("X", {1: 10 ** 9})
-    assert s.state.stage("X_pack").shape == (2, 1, 11)
+    assert s.stage_graph().stage("X_pack").shape == (2, 1, 11)
     check_against_evaluator(s)
     s = Schedule([X, Y]).split("Y.j", factor=10 ** 30)
     assert s.extent("Y.j.1") == 11 and s.extent("Y.j.0") == 1
@@ -379,7 +379,7 @@ def test_report_of_a_log_whose_best_record_does_not_replay(tmp_path, capsys):
 @pytest.mark.parametrize("loop", ["r.k", "r.i"])
 def test_cache_write_moves_the_stages_computed_in_its_loops_to_the_cache(loop):
     s = Schedule(producer_reduction()).compute_at("e", loop).cache_write("r")
-    assert s.state.stage("e").attach.stage == "r_local"
+    assert s.stage_graph().stage("e").attach.stage == "r_local"
     check_against_evaluator(s)
     check_against_evaluator(s.split("r_local.k", factor=4).split("r.i", factor=4))
 

@@ -56,7 +56,7 @@ def test_rfactor_is_offered_for_streamed_reductions_and_is_the_heuristic_start()
     start = space.default_decisions()
     assert start["y.rfactor"] == 8
     s = space.apply(FixedDecisions(start))
-    rf = s.state.stage("y_rf")
+    rf = s.stage_graph().stage("y_rf")
     vec = [lp for lp, kind in rf.ann.items() if kind is ForKind.VECTORIZED]
     assert vec and vec[0].startswith("k_v")                       # the partial sums are one vector
     assert rf.leaf[-1] == vec[0]
@@ -89,7 +89,7 @@ def test_row_reductions_inside_their_consumer_are_vector_partials_at_the_heurist
     assert len(factored) == 2 and all(start[k] == 8 for k in factored)
     s = space.apply(FixedDecisions(start))
     for k in factored:
-        rf = s.state.stage(k.split(".")[0] + "_rf")
+        rf = s.stage_graph().stage(k.split(".")[0] + "_rf")
         assert rf.attach.kind is AttachKind.AT and rf.attach.stage == "Y"
         assert rf.ann.get(rf.leaf[-1]) is ForKind.VECTORIZED and rf.leaf[-1].startswith("k_v")
 
@@ -170,7 +170,7 @@ def test_row_operand_pack_is_offered_and_the_heuristic_packs_only_a_transposed_a
         start = space.default_decisions()
         assert start["C.pack_A"] is packed_by_default
         s = space.apply(FixedDecisions({**start, "C.pack_A": True}))
-        pack = s.state.stage("A_pack")
+        pack = s.stage_graph().stage("A_pack")
         assert pack is not None and tuple(pack.tensor.shape)[-1] == start["C.i.t3"]   # panels of tile rows
     # B (read along the vector axis) is never a row operand; a conv2d has no bare row index to pack
     for seed in range(6):
@@ -190,7 +190,7 @@ def test_row_operand_pack_computes_what_numpy_computes(make):
     for rows in (2, 3, 6):   # tile rows that divide the row axis or leave a guarded (zero-padded) edge
         # (the decisions not given take their first choice: they depend on the tile)
         s = space.apply(FixedDecisions({"C.pack_A": True, "C.i.t3": rows, "C.k.r1": 2}))
-        assert s.state.stage("A_pack") is not None
+        assert s.stage_graph().stage("A_pack") is not None
         check_against_evaluator(s)
     hits = 0
     for seed in range(12):

@@ -4,6 +4,8 @@
     tensortune tune matmul M=512 N=512 K=512 --trials 64
     tensortune tune my_ops.py:stencil n=1000 --trials 32 --json
     tensortune report [--log PATH] [WORKLOAD [NAME=VALUE ...]] [--html report.html | --format md]
+    tensortune logs show|merge|distill|verify ...     (tuner/cmd_logs.py)
+    tensortune bench WORKLOAD [NAME=VALUE ...]        (tuner/cmd_bench.py)
 
 Bad input ends with one line on stderr and exit status 2; no traceback.
 """
@@ -15,11 +17,14 @@ import os
 import sys
 import time
 
+from .cmd_bench import add_parser as add_bench_parser
+from .cmd_bench import run as cmd_bench
+from .cmd_logs import add_parser as add_logs_parser
+from .cmd_logs import run as cmd_logs
+from .errors import CLIError
+from .report import ARMS  # who chose the measured candidates (TuneResult.arms)
+
 EXIT_USAGE = 2
-
-
-class CLIError(Exception):
-    """A user error: printed as one line."""
 
 
 # ------------------------------------------------------------------ helpers
@@ -244,7 +249,6 @@ def cmd_tune(args) -> int:
     return 0
 
 
-from .report import ARMS  # noqa: E402 - who chose the measured candidates (TuneResult.arms)
 
 
 def cmd_report(args) -> int:
@@ -299,6 +303,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--loop-nest", action="store_true", help="print the best schedule's lowered loop nest")
     from .report_files import add_arguments
     add_arguments(r)
+    add_logs_parser(sub)
+    add_bench_parser(sub)
     return p
 
 
@@ -311,7 +317,8 @@ def main(argv=None) -> int:
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE
-    handlers = {"workloads": cmd_workloads, "tune": cmd_tune, "report": cmd_report}
+    handlers = {"workloads": cmd_workloads, "tune": cmd_tune, "report": cmd_report, "logs": cmd_logs,
+                "bench": cmd_bench}
     import warnings
     saved = warnings.formatwarning
     # warnings (skipped log lines, fallbacks) are messages to the user: one line, no source excerpt

@@ -457,10 +457,27 @@ class Tuner:
                 self.study.tell(cand.trial, state=optuna.trial.TrialState.FAIL)
         self._mirror = write_back(self.study, self._mirror, self._synced)
 
+    def _remeasure_finalists(self) -> None:
+        """Measure the would-be finalists again until each has ``remeasure`` measurements (at most
+        that many extra rounds): the last rounds' lucky single measurements had no later round to
+        be repeated in, and would otherwise take finalist places from schedules that are fast."""
+        cfg, st = self.config, self.state
+        for _ in range(max(cfg.remeasure - 1, 0)):
+            due = [st.contenders[k] for k in st.ranked(st.contenders)[:cfg.finalists]
+                   if len(st.scores[k][1]) < cfg.remeasure]
+            if not due:
+                return
+            rnd = Round()
+            self._tell(rnd, [], [], due, self.measurer.measure([c.func for c in due]))
+            for callback in self.callbacks:
+                callback(self, rnd)
+        st.due = []
+
     def _confirm_finalists(self) -> None:
         cfg, st = self.config, self.state
         if cfg.finalists <= 1:
             return
+        self._remeasure_finalists()
         contenders = [(st.estimate(k), st.contenders[k]) for k in st.ranked(st.contenders)[:cfg.finalists]]
         tuned = {decision_key(c.decisions): g for g, c in contenders}
         earlier_best = self._earlier_best

@@ -26,9 +26,9 @@ def as_graph(obj) -> StageGraph:
     """The stage graph of a ``Schedule``, a ``StageGraph`` or a workload (list of tensors)."""
     if isinstance(obj, StageGraph):
         return obj
-    state = getattr(obj, "state", None)
-    if isinstance(state, StageGraph):
-        return state
+    graph = getattr(obj, "stage_graph", None)     # a Schedule (which imports this module)
+    if callable(graph):
+        return graph()
     return StageGraph.from_tensors(obj)
 
 

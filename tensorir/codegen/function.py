@@ -150,7 +150,7 @@ class FunctionGen(Addressing, ParallelRegions, Safety):
                 while j < len(stmts) and self._outlined(stmts[j]):
                     j += 1
                 if j > i:       # consecutive parallel loops share one thread team
-                    self.parallel(stmts[i:j])
+                    self.parallel_or_serial(stmts[i:j])
                     i = j
                 else:
                     self.stmt(stmts[i])
@@ -189,7 +189,7 @@ class FunctionGen(Addressing, ParallelRegions, Safety):
             VectorContext(self, s).emit()
             return
         if self._outlined(s):
-            self.parallel([s])
+            self.parallel_or_serial([s])
             return
         self.serial_loop(s.var.name, ir.Constant(I32, 0), ir.Constant(I32, s.extent), s.body,
                          known_nonempty=True)

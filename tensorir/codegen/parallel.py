@@ -2,14 +2,39 @@
 run on libgomp's thread team (``GOMP_parallel``) with a static block partition
 and ``GOMP_barrier`` between the loops.  A mixin of
 :class:`~tensorir.codegen.function.FunctionGen`.
+
+A run of parallel loops whose work is below :data:`MIN_REGION_WORK` stores runs
+serially instead: starting a thread team costs microseconds, so a parallel loop
+nested in a long serial loop would otherwise spend hours in fork/join
+(docs/decisions/021-small-parallel-regions-run-serially.md).
 """
 from __future__ import annotations
 
 from llvmlite import ir
 
 from tensorir.te.expr import Var, children
-from tensorir.tir.ir import IfThenElse, Load, Store, walk_stmts
+from tensorir.tir.ir import Allocate, For, IfThenElse, Load, Seq, Store, walk_stmts
 from tensorir.codegen.types import I32, PTR, VOID
+
+# Stores one thread-team start must cover.  A team start costs ~2-20 us; at
+# 1/4 ns or more per store, 2^14 stores bound the fork/join overhead by about
+# the work itself however the loops are nested (see the decision note).
+MIN_REGION_WORK = 1 << 14
+
+
+def work(stmt) -> int:
+    """Stores ``stmt`` executes (both branches of a condition counted: an upper bound)."""
+    if isinstance(stmt, Store):
+        return 1
+    if isinstance(stmt, For):
+        return stmt.extent * work(stmt.body)
+    if isinstance(stmt, Seq):
+        return sum(map(work, stmt.stmts))
+    if isinstance(stmt, IfThenElse):
+        return work(stmt.then) + (work(stmt.otherwise) if stmt.otherwise is not None else 0)
+    if isinstance(stmt, Allocate):
+        return work(stmt.body)
+    return 0
 
 
 def free_names(stmt) -> tuple:
@@ -38,6 +63,15 @@ def _field(builder, ptr, struct_ty, i: int):
 
 
 class ParallelRegions:
+    def parallel_or_serial(self, loops: list) -> None:
+        """Run parallel ``loops`` on the thread team, or serially here if their work is small."""
+        if sum(map(work, loops)) >= MIN_REGION_WORK:
+            self.parallel(loops)
+            return
+        for s in loops:
+            self.serial_loop(s.var.name, ir.Constant(I32, 0), ir.Constant(I32, s.extent), s.body,
+                             known_nonempty=True)
+
     def parallel(self, loops: list) -> None:
         """Outline parallel ``loops`` (consecutive statements) into one worker function
         and run it on libgomp's thread team, with a barrier between the loops.

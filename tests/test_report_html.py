@@ -118,6 +118,7 @@ def test_markdown_report_has_the_same_tables(tmp_path, capsys):
     (["--peak-gflops", "-1", "--bandwidth-gbs", "3"], "--peak-gflops must be a positive number"),
     (["--output", "x.md"], "--output needs --format md"),
     (["--remeasure", "--no-measure"], "contradict"),
+    (["--html", "x.html", "--format", "md"], "--html writes HTML"),
 ])
 def test_report_flags_bad_input_is_one_line(capsys, args, pattern):
     code, _, err = run_cli(capsys, "report", "--log", str(OLD_LOG), *args)

@@ -73,6 +73,8 @@ def write(args) -> bool:
         if args.output:
             raise ReportError("--output needs --format md or --format html")
         return False
+    if args.html and args.format == "md":
+        raise ReportError("--html writes HTML; for Markdown use --format md [--output PATH]")
     if args.html and args.output:
         raise ReportError("give the HTML file once: --html PATH, or --format html --output PATH")
     path = args.html or args.output

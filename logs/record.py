@@ -245,6 +245,13 @@ class TuningRecord:
         and the median of its measurements ranks it (one lucky measurement
         must not steer the search).  Not a new trial.  Optional in the JSON
         line (default false).
+    meta : dict
+        Optional annotations that do not change what was measured:
+        ``"origin"``, who chose the candidate (the tuner's arm, e.g.
+        ``"model:ask"``), and ``"numpy_seconds"``, numpy's time per call of
+        the workload timed side by side with this schedule when the log was
+        written (``tensortune tune`` appends one such record).  Omitted from
+        the JSON line when empty, so lines without it read as before.
     """
 
     version: int = FORMAT_VERSION
@@ -264,6 +271,7 @@ class TuningRecord:
     flops: int | None = None
     confirmed: bool = False
     remeasured: bool = False
+    meta: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not _is_int(self.version) or self.version < 1:
@@ -304,6 +312,7 @@ class TuningRecord:
         for name in ("confirmed", "remeasured"):
             if not isinstance(getattr(self, name), bool):
                 raise _fail(name, "true or false", getattr(self, name))
+        _str_keyed_dict("meta", self.meta)
 
     def _check_timestamp(self) -> None:
         if not isinstance(self.timestamp, str):
@@ -350,6 +359,8 @@ class TuningRecord:
         """Return the record as a plain JSON-ready dict (``costs`` as a list)."""
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["costs"] = list(self.costs)
+        if not out["meta"]:
+            del out["meta"]      # optional: lines without annotations stay as before
         return out
 
     def to_json_line(self) -> str:
@@ -412,8 +423,9 @@ class TuningRecord:
             raise RecordError("missing field" + ("s " if len(missing) > 1 else " ")
                               + ", ".join(repr(m) for m in missing))
         known = {name: obj[name] for name in _FIELD_NAMES if name in obj}
-        if known.get("decisions") is None:
-            known.pop("decisions", None)
+        for name in ("decisions", "meta"):
+            if known.get(name) is None:
+                known.pop(name, None)
         return cls(**known)
 
 

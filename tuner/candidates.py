@@ -1,9 +1,10 @@
 """A tuning run's candidates: decisions -> schedule -> loop nest -> features, and their log records."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
-from logs import TuningRecord
+from logs import TuningRecord, utc_now
 from schedules.decisions import FixedDecisions, OptunaDecisions
 
 from .measure import MeasureResult, replay_and_lower
@@ -69,4 +70,18 @@ class Candidates:
                             decisions=dict(cand.decisions), costs=tuple(res.costs), error_kind=res.error_kind,
                             error_msg=res.error_msg, compile_seconds=res.compile_seconds,
                             run_seconds=res.run_seconds, flops=self.spec.flops, confirmed=confirmed,
-                            remeasured=remeasured)
+                            remeasured=remeasured, meta={"origin": self.origin(cand)})
+
+    @staticmethod
+    def origin(cand: Candidate) -> str:
+        """Who chose ``cand``: the tuner's arm (see :data:`tuner.report.ARMS`), or "default"."""
+        return "default" if cand.trial is None and not cand.decisions else cand.origin
+
+
+def numpy_reference_record(best: TuningRecord, tuned_s: float, numpy_s: float) -> TuningRecord:
+    """A repeated measurement of ``best`` (``tuned_s`` seconds per call) that also holds numpy's time for
+    the workload (``numpy_s``), both timed side by side in one process when a tuning run ends: the log
+    keeps the comparison (``meta["numpy_seconds"]``) for reports."""
+    return dataclasses.replace(best, costs=(float(tuned_s),), confirmed=False, remeasured=True,
+                               compile_seconds=0.0, run_seconds=0.0, timestamp=utc_now(),
+                               meta={**best.meta, "numpy_seconds": float(numpy_s)})

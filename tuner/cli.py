@@ -3,7 +3,7 @@
     tensortune workloads
     tensortune tune matmul M=512 N=512 K=512 --trials 64
     tensortune tune my_ops.py:stencil n=1000 --trials 32 --json
-    tensortune report [--log PATH] [WORKLOAD [NAME=VALUE ...]]
+    tensortune report [--log PATH] [WORKLOAD [NAME=VALUE ...]] [--html report.html | --format md]
     tensortune logs show|merge|distill|verify ...     (tuner/cmd_logs.py)
     tensortune bench WORKLOAD [NAME=VALUE ...]        (tuner/cmd_bench.py)
 
@@ -24,6 +24,7 @@ from .cmd_build import run as cmd_build
 from .cmd_logs import add_parser as add_logs_parser
 from .cmd_logs import run as cmd_logs
 from .errors import CLIError
+from .report import ARMS  # who chose the measured candidates (TuneResult.arms)
 
 EXIT_USAGE = 2
 
@@ -204,6 +205,9 @@ def cmd_tune(args) -> int:
             print(json.dumps(out))
         return 1
     tuned_s, numpy_s, default_s = compare_with_numpy(spec, best.trace, threads)
+    if numpy_s:     # kept in the log for reports (tensortune report: ratio to numpy)
+        from .candidates import numpy_reference_record
+        log.append(numpy_reference_record(best, tuned_s, numpy_s))
     gf = lambda s: spec.flops / s / 1e9 if s else None  # noqa: E731
     out.update(best_gflops=round(gf(tuned_s), 3), best_latency_s=tuned_s, default_gflops=round(gf(default_s), 3),
                numpy_gflops=round(gf(numpy_s), 3) if numpy_s else None,
@@ -247,10 +251,6 @@ def cmd_tune(args) -> int:
     return 0
 
 
-# who chose the measured candidates (TuneResult.arms); a "new best" beat the best of the rounds before
-ARMS = {"unranked": "Optuna unscreened", "sampler": "Optuna's first asks",
-        "model:ask": "the cost model's picks among Optuna's asks", "model:mutant": "the cost model's picks among mutants",
-        "stand-in": "mutants standing in for repeated asks"}
 
 
 def cmd_report(args) -> int:
@@ -263,9 +263,12 @@ def cmd_report(args) -> int:
             raise CLIError(f"tuning log {path} is a directory; --log takes a log file (e.g. {path}/tuning.jsonl)")
         if not os.path.isfile(path):
             raise CLIError(f"tuning log {path} not found")
+    from .report_files import ReportError, write
     try:
+        if write(args):     # --html / --format md: a file report
+            return 0
         text = report(args.log, args.workload, args.params, top=args.top, show_nest=args.loop_nest)
-    except SpecError as err:
+    except (SpecError, ReportError) as err:
         raise CLIError(str(err)) from None
     print(text)
     return 0
@@ -300,6 +303,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--log", action="append", help="log to read (repeatable; default: per-user + shipped logs)")
     r.add_argument("--top", type=int, default=3, help="schedules shown per workload (default 3)")
     r.add_argument("--loop-nest", action="store_true", help="print the best schedule's lowered loop nest")
+    from .report_files import add_arguments
+    add_arguments(r)
     add_logs_parser(sub)
     add_bench_parser(sub)
     add_build_parser(sub)

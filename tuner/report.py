@@ -6,6 +6,11 @@ from collections import Counter, defaultdict
 
 from tensorir.tir.ir import Allocate, For, ForKind, Scope, walk_stmts
 
+# who chose the measured candidates (TuneResult.arms, and each trial's record meta "origin")
+ARMS = {"unranked": "Optuna unscreened", "sampler": "Optuna's first asks",
+        "model:ask": "the cost model's picks among Optuna's asks", "model:mutant": "the cost model's picks among mutants",
+        "stand-in": "mutants standing in for repeated asks"}
+
 
 def explain(func) -> list:
     """Short facts about a lowered kernel that explain its speed."""
@@ -40,7 +45,8 @@ def format_latency(seconds: float) -> str:
     return f"{seconds * 1e6:.2f} us"
 
 
-def _spec_for(rec):
+def spec_for(rec):
+    """The workload of record ``rec`` if it can be rebuilt here, else None."""
     from .spec import SpecError, WorkloadSpec
     try:
         spec = WorkloadSpec(rec.workload_name, dict(rec.workload_params))
@@ -91,7 +97,7 @@ def report(log_paths=None, workload: str | None = None, params=(), top: int = 3,
             out.append(f"   #{rank} {format_latency(r.median_cost):>12} {gf}   {how} {r.timestamp}")
         if not best:
             continue
-        spec = _spec_for(best[0])
+        spec = spec_for(best[0])
         if spec is None:
             out.append("   (workload cannot be rebuilt here; trace instructions:)")
             for inst in best[0].trace.get("instructions", []):

@@ -119,11 +119,11 @@ def _find_version() -> str:
 def target_key(target: Mapping[str, Any]) -> tuple[str, str, int | None]:
     """Return the part of a target that decides whether a record applies.
 
-    Records match a target when kind, CPU name and thread count are equal.
-    The ``features`` string is recorded but *not* matched: for a given LLVM
-    CPU name it is implied by the CPU, and its spelling (order, LLVM-version
-    specific flags) changes between LLVM releases, which would orphan logs
-    after an upgrade (a TVM complaint, forum 14457).
+    Records match a target exactly when kind, CPU name and thread count are
+    equal.  The ``features`` string is not part of the key: its spelling
+    (order, LLVM-version specific flags) changes between LLVM releases, which
+    would orphan logs after an upgrade (a TVM complaint, forum 14457).
+    Features are compared as sets instead (:func:`missing_features`).
 
     Parameters
     ----------

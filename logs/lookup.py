@@ -5,8 +5,9 @@ count, then the same CPU with other thread counts, then another CPU with the
 same vector width and no feature this one lacks, and says which in one line of
 text (TVM's per-kernel fallback warning was noisy and unclear, apache/tvm#7975).
 A record measured on a CPU with features this one lacks is never used: its
-schedule was shaped for instructions this CPU does not have.  Parsed logs are summarised and cached by
-``(path, mtime, size)``, so compiling many kernels reads each log once.
+schedule was shaped for instructions this CPU does not have.  Parsed logs are
+summarised and cached by ``(path, mtime, size)``, so compiling many kernels
+reads each log once.
 """
 from __future__ import annotations
 

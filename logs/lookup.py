@@ -360,6 +360,17 @@ def find_best(workload_key: str, target: Mapping,
                   why=why, label=label)
 
 
+def _misfit(other: Mapping, target: Mapping) -> str:
+    """Why records measured on ``other`` do not serve ``target``, in a few words."""
+    lacking = sorted(missing_features(other, target))
+    if lacking:
+        return "has " + ", ".join(lacking[:4]) + (", ..." if len(lacking) > 4 else "") + " (this CPU lacks)"
+    theirs, ours = target_vector_bits(other), target_vector_bits(target)
+    if theirs is None or ours is None:
+        return "features not recorded"
+    return f"{theirs}-bit vectors, not {ours}"
+
+
 def _none_reason(workload_key: str, label: str | None,
                  summaries: list[_FileSummary], target: Mapping) -> tuple[str, str]:
     """Why no record serves: one line, and a few words for a table."""
@@ -370,17 +381,18 @@ def _none_reason(workload_key: str, label: str | None,
     where = ", ".join(display_path(s.path) + (f" ({s.note})" if s.note else "")
                       for s in summaries)
     failed = Counter()
-    elsewhere = Counter()
+    elsewhere = {}   # CPU -> why its records do not fit
     for s in summaries:
         if workload_key in s.workloads:
             wl = s.workloads[workload_key]
             failed.update(wl.errors)
             for records in wl.best.values():
-                elsewhere[describe_target({**records[0].target, "threads": None})] += len(records)
+                other = records[0].target
+                elsewhere.setdefault(describe_target({**other, "threads": None}), _misfit(other, target))
     if elsewhere:
         cpus = ", ".join(sorted(elsewhere))
-        return (f"no tuning record for {what} in {where} fits {describe_target(target)} "
-                f"(records from {cpus}: another vector width, or features this CPU lacks)",
+        causes = "; ".join(f"{cpu}: {why}" for cpu, why in sorted(elsewhere.items()))
+        return (f"no tuning record for {what} in {where} fits {describe_target(target)} ({causes})",
                 f"records only from {cpus}")
     if failed:
         total = sum(failed.values())

@@ -39,7 +39,8 @@ ODD_SHAPES = {
 
 
 @pytest.fixture(autouse=True)
-def _fresh_caches():
+def _fresh_caches(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))     # no user log of this machine
     clear_cache()
     logs.verify.clear_verdicts()
     yield
@@ -107,8 +108,7 @@ def test_a_heuristic_start_that_fails_falls_back_to_the_naive_nest_and_says_why(
 
 # --- scopes ---------------------------------------------------------------------------
 
-def test_apply_best_searches_its_logs_first_and_nested_scopes_stack(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+def test_apply_best_searches_its_logs_first_and_nested_scopes_stack(tmp_path):
     tensors = ops.matmul(37, 45, 23)
     outer, inner = TuningLog(tmp_path / "outer.jsonl"), TuningLog(tmp_path / "inner.jsonl")
     outer.append(record_of(tensors, logs.apply.heuristic_schedule(tensors), 2e-3))

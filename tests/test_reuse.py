@@ -235,6 +235,9 @@ def test_lookup_rules(tmp_path, records, match, chosen):
         assert "measured on icelake-server, 4 threads" in found.reason and "same 512-bit vectors" in found.reason
     if match == "none":
         assert found.why == "records only from sapphirerapids, znver3, znver4"
+        assert ("fits sapphirerapids, 2 threads (sapphirerapids: has avx512fp16 (this CPU lacks); "
+                "znver3: 256-bit vectors, not 512; znver4: has sse4a (this CPU lacks)); "
+                "using the default schedule") in found.reason
 
 
 # --- stale records --------------------------------------------------------------------

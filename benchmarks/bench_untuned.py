@@ -125,17 +125,22 @@ def run_case(shape, spec, args, empty_log, out):
     return row
 
 
+def _g(x: float) -> str:
+    """GFLOP/s with 3 significant digits (pooling runs at a fraction of one)."""
+    return f"{x:.3g}"
+
+
 def table(rows, trials_wanted) -> str:
     lines = ["| workload | shape | numpy | naive | heuristic | tuned | heuristic/naive | heuristic/tuned | "
              "heuristic/numpy | build ms heuristic / naive / tuned |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         g, b = r["gflops"], r["builds"]
-        tuned = f"{g['tuned']:.1f}" + (f" ({r['trials']} trials)" if r["trials"] != trials_wanted else "") \
+        tuned = _g(g["tuned"]) + (f" ({r['trials']} trials)" if r["trials"] != trials_wanted else "") \
             if "tuned" in g else "-"
         vs_tuned = f"{g['heuristic'] / g['tuned']:.2f}x" if "tuned" in g else "-"
         ms = " / ".join(f"{b[k] * 1e3:.0f}" if k in b else "-" for k in ("heuristic", "naive", "tuned"))
-        lines.append(f"| {r['label']} | {r['shape']} | {g['numpy']:.1f} | {g['naive']:.2f} | {g['heuristic']:.1f} | "
+        lines.append(f"| {r['label']} | {r['shape']} | {_g(g['numpy'])} | {_g(g['naive'])} | {_g(g['heuristic'])} | "
                      f"{tuned} | {g['heuristic'] / g['naive']:.1f}x | {vs_tuned} | {g['heuristic'] / g['numpy']:.2f}x "
                      f"| {ms} |" + (f" {r['note']}" if r["note"] else ""))
     ratios = [r["gflops"]["heuristic"] / r["gflops"]["naive"] for r in rows]
@@ -173,7 +178,14 @@ def main(argv=None) -> int:
     ap.add_argument("--min-repeat-ms", type=float, default=50.0)
     ap.add_argument("--no-tuned", action="store_true", help="skip the tuned column")
     ap.add_argument("--out", metavar="FILE", help="also write the raw output here")
+    ap.add_argument("--table-from", metavar="FILE", help="only print the table of an earlier run's raw output")
     args = ap.parse_args(argv)
+    if args.table_from:
+        import ast
+        with open(args.table_from) as f:
+            rows = [ast.literal_eval(line.strip()) for line in f if line.startswith("  {")]
+        print(table(rows, args.trials))
+        return 0
     out_file = open(args.out, "w") if args.out else None
     out = Tee(sys.stdout, *([out_file] if out_file else []))
     start = time.perf_counter()

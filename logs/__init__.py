@@ -1,8 +1,9 @@
 """tensortune: logs.
 
 Tuning records as JSON Lines, an append-only log that survives kills and
-concurrent writers, default log locations, and the compile-time lookup of the
-best tuned schedule for a workload on a target.
+concurrent writers, default log locations, the compile-time lookup of the
+best tuned schedule for a workload on a target, and builds from logs
+(``build``, ``apply_best`` scopes, one summary of what fell back).
 """
 from .database import LOCK_TIMEOUT_SECONDS, LogError, LogWarning, TuningLog
 from .lookup import MATCHES, Lookup, clear_cache, find_best
@@ -21,3 +22,6 @@ __all__ = [
 ]
 
 from .apply import TuningFallbackWarning, best_schedule, build, current_target  # noqa: E402,F401
+from .fallback import Fallback, TuningRequiredError  # noqa: E402,F401
+from .lookup import Skipped  # noqa: E402,F401
+from .scope import LogScope, apply_best  # noqa: E402,F401

@@ -1,10 +1,13 @@
 """Compile-time lookup: the best tuned schedule for a workload, over several logs.
 
 ``find_best`` prefers a record measured on the same CPU with the same thread
-count, then the same CPU with other thread counts, then any target, and says
-which in one line of text (TVM's per-kernel fallback warning was noisy and
-unclear, apache/tvm#7975).  Parsed logs are summarised and cached by
-``(path, mtime, size)``, so compiling many kernels reads each log once.
+count, then the same CPU with other thread counts, then another CPU with the
+same vector width and no feature this one lacks, and says which in one line of
+text (TVM's per-kernel fallback warning was noisy and unclear, apache/tvm#7975).
+A record measured on a CPU with features this one lacks is never used: its
+schedule was shaped for instructions this CPU does not have.  Parsed logs are
+summarised and cached by ``(path, mtime, size)``, so compiling many kernels
+reads each log once.
 """
 from __future__ import annotations
 
@@ -18,10 +21,29 @@ from typing import Iterable, Mapping
 from .database import LogWarning
 from .reader import LineIndex, parse_spans
 from .paths import default_log_paths
-from .record import TuningRecord, describe_target, target_key, workload_label
+from .record import (TuningRecord, describe_target, missing_features, target_key, target_vector_bits,
+                     workload_label)
 
-MATCHES = ("exact", "same_cpu", "other_target", "none")
-"""Possible values of :attr:`Lookup.match`, best first."""
+MATCHES = ("exact", "same_cpu", "compatible_cpu", "heuristic", "naive", "none")
+"""Possible values of :attr:`Lookup.match`, best first.
+
+:func:`find_best` answers one of the three rules or ``"none"``; a kernel built
+without a record says how it was built instead of ``"none"``: ``"heuristic"``
+(the generated space's heuristic start, the tuner's first trial) or
+``"naive"`` (the unscheduled loop nest).
+"""
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A record passed over for the next one: where it is and why (e.g. it no longer replays)."""
+    path: str
+    line: int | None
+    why: str
+
+    def where(self) -> str:
+        """``path:line`` (the home directory shortened to ``~``)."""
+        return display_path(self.path) + (f":{self.line}" if self.line is not None else "")
 
 
 @dataclass(frozen=True)
@@ -34,7 +56,9 @@ class Lookup:
         The chosen record, ``None`` when ``match == "none"``.
     match : str
         ``"exact"`` (same kind, cpu and threads), ``"same_cpu"`` (other thread
-        count), ``"other_target"`` (another CPU) or ``"none"``.
+        count), ``"compatible_cpu"`` (another CPU with the same vector width
+        and a subset of this CPU's features) or ``"none"``; for a kernel built
+        without a record, ``"heuristic"`` or ``"naive"`` (see :data:`MATCHES`).
     searched : tuple of str
         The log paths searched, in order.
     reason : str
@@ -42,6 +66,15 @@ class Lookup:
         or log message when ``match != "exact"``.
     source : str or None
         The log the record came from.
+    line : int or None
+        The record's line in ``source``.
+    skipped : tuple of Skipped
+        Faster records passed over (they do not replay, or fail the check).
+    why : str
+        Why no record was used, in a few words (``"no record"``, ``"all 3 records
+        failed"``...), or "" when one was.
+    label : str or None
+        The workload's label (``matmul(M=64, ...)``) if a log or the caller named it.
     """
 
     record: TuningRecord | None
@@ -49,6 +82,10 @@ class Lookup:
     searched: tuple[str, ...]
     reason: str
     source: str | None = None
+    line: int | None = None
+    skipped: tuple[Skipped, ...] = ()
+    why: str = ""
+    label: str | None = None
 
     @property
     def found(self) -> bool:
@@ -66,6 +103,7 @@ class _WorkloadSummary:
     count: int = 0
     errors: Counter = field(default_factory=Counter)
     best: dict = field(default_factory=dict)  # target_key -> the TOP_K fastest records, fastest first
+    line_of: dict = field(default_factory=dict)  # id(record) -> its line, for the records in ``best``
 
 
 @dataclass
@@ -99,9 +137,9 @@ def clear_cache() -> None:
 TOP_K = 8   # records kept per workload and target: the next ones serve if the best does not replay
 
 
-def _summarize(records: Iterable[TuningRecord]) -> _WorkloadSummary:
+def _summarize(records: Iterable[TuningRecord], lines: Iterable[int]) -> _WorkloadSummary:
     summary = _WorkloadSummary()
-    for record in records:
+    for record, line in zip(records, lines):
         summary.name, summary.params = record.workload_name, record.workload_params
         summary.count += 1
         if not record.ok:
@@ -112,6 +150,9 @@ def _summarize(records: Iterable[TuningRecord]) -> _WorkloadSummary:
             top.append(record)
             top.sort(key=lambda r: r.rank_key)
             del top[TOP_K:]
+            summary.line_of[id(record)] = line
+    kept = {id(r) for top in summary.best.values() for r in top}
+    summary.line_of = {k: v for k, v in summary.line_of.items() if k in kept}
     return summary
 
 
@@ -148,36 +189,46 @@ def _load(path: str, workload_key: str, stacklevel: int) -> _FileSummary:
     if result.message:
         warnings.warn(result.message, LogWarning, stacklevel=stacklevel)
     entry.keyless_reported = True
-    entry.workloads[workload_key] = _summarize(result.records)
+    entry.workloads[workload_key] = _summarize(result.records, result.line_numbers)
     with _CACHE_LOCK:
         _CACHE[path] = entry
     return entry
 
 
-def _display(path: str) -> str:
+def display_path(path: str) -> str:
+    """``path`` for messages, the home directory shortened to ``~``."""
     home = os.path.expanduser("~")
     if home not in ("", "/") and path.startswith(home + os.sep):
         return "~" + path[len(home):]
     return path
 
 
-def _pick(summaries: list[_FileSummary], workload_key: str, accept,
-          usable) -> tuple[TuningRecord | None, str | None, int]:
-    """The fastest usable record of the accepted targets, its log, and how many faster ones were unusable."""
+def _pick(summaries: list[_FileSummary], workload_key: str, accept, usable,
+          verdicts: dict) -> tuple[TuningRecord | None, str | None, int | None, list]:
+    """The fastest usable record of the accepted targets, its log and line, and the faster unusable ones.
+
+    ``verdicts`` (id(record) -> True or the reason it is unusable) spares asking
+    ``usable`` twice about a record when several rules accept it.
+    """
     found = []
     for summary in summaries:
         wl = summary.workloads.get(workload_key)
         if wl is None:
             continue
-        for tkey, records in wl.best.items():
-            if accept(tkey):
-                found.extend((r.rank_key, n, r, summary.path) for n, r in enumerate(records))
-    skipped = 0
-    for _, _, record, path in sorted(found, key=lambda x: (x[0], x[1])):
-        if usable is None or usable(record):
-            return record, path, skipped
-        skipped += 1
-    return None, None, skipped
+        for records in wl.best.values():
+            found.extend((r.rank_key, n, r, summary.path, wl.line_of.get(id(r)))
+                         for n, r in enumerate(records) if accept(r.target))
+    skipped = []
+    for _, _, record, path, line in sorted(found, key=lambda x: (x[0], x[1])):
+        if usable is None:
+            return record, path, line, skipped
+        if id(record) not in verdicts:
+            verdict = usable(record)
+            verdicts[id(record)] = True if verdict is True else (verdict or "does not replay on these tensors")
+        if verdicts[id(record)] is True:
+            return record, path, line, skipped
+        skipped.append(Skipped(path, line, verdicts[id(record)]))
+    return None, None, None, skipped
 
 
 def _cost_text(record: TuningRecord) -> str:
@@ -185,6 +236,35 @@ def _cost_text(record: TuningRecord) -> str:
     if record.gflops is not None:
         text += f", {record.gflops:.1f} GFLOP/s"
     return text
+
+
+def _rules(target: Mapping) -> list:
+    """The match rules for ``target``, best first: ``(name, accept(record_target) -> bool)``."""
+    kind, cpu, threads = target_key(target)
+    bits = target_vector_bits(target)
+
+    def fits(other: Mapping) -> bool:
+        return target_key(other)[0] == kind and not missing_features(other, target)
+
+    def compatible(other: Mapping) -> bool:   # another CPU: its features must be known to be a subset
+        return (fits(other) and target_key(other)[1] != cpu and bits is not None
+                and target_vector_bits(other) == bits)
+
+    return [
+        ("exact", lambda t: fits(t) and target_key(t) == (kind, cpu, threads)),
+        ("same_cpu", lambda t: fits(t) and target_key(t)[1] == cpu and target_key(t)[2] != threads),
+        ("compatible_cpu", compatible),
+    ]
+
+
+def _skipped_text(skipped: list) -> str:
+    by_why: dict = {}
+    for s in skipped:
+        kind = "do not replay on these tensors" if s.why.startswith("does not replay") else "fail the check"
+        by_why.setdefault(kind, []).append(s)
+    return "; ".join(f"{len(group)} record(s) ranked before it {kind} and were skipped "
+                     f"({', '.join(s.where() for s in group[:3])}{', ...' if len(group) > 3 else ''})"
+                     for kind, group in by_why.items())
 
 
 def find_best(workload_key: str, target: Mapping,
@@ -198,27 +278,33 @@ def find_best(workload_key: str, target: Mapping,
         Structural hash of the workload.
     target : mapping
         The compiling machine's target, e.g. ``{"kind": "llvm", "cpu": "znver3",
-        "threads": 2}``; matched by :func:`~logs.record.target_key`.
+        "features": "+avx2,+fma,-avx512f", "threads": 2}``
+        (:meth:`tensorir.target.Target.record`).
     paths : iterable of path-like, optional
-        Logs to search; defaults to :func:`~logs.paths.default_log_paths`.
+        Logs to search, in order; defaults to :func:`~logs.paths.default_log_paths`.
         Missing files count as empty.
     name, params : optional
         Workload name and shape, used in the message when no log knows the key.
     usable : callable, optional
-        ``usable(record) -> bool``; records it rejects (e.g. a trace that does
-        not replay on these tensors) are passed over for the next fastest.
+        ``usable(record)`` returns True, or False or a one-line reason for a
+        record that must be passed over (e.g. a trace that does not replay on
+        these tensors, or gives wrong answers); the next best is tried.
 
     Returns
     -------
     Lookup
-        The record (lowest median cost within the best match level), the match
-        level (``"exact"``, ``"same_cpu"``, ``"other_target"``, ``"none"``), the
-        searched paths and a one-line ``reason``.
+        The record (best rank within the best rule that has a usable one), the
+        rule (``"exact"``: same CPU and thread count; ``"same_cpu"``: another
+        thread count; ``"compatible_cpu"``: another CPU with the same vector
+        width and none of the features this one lacks; ``"none"``), the
+        searched paths, the records skipped and a one-line ``reason``.
 
     Notes
     -----
-    Lines skipped while parsing produce one :class:`~logs.database.LogWarning`
-    per log, only when the log is (re)read, not on every lookup.
+    A record whose CPU had a feature that ``target`` lists as disabled is never
+    used, whatever its CPU name.  Records whose target lists no features (older
+    logs) still match on CPU name.  Lines skipped while parsing produce one
+    :class:`~logs.database.LogWarning` per log, only when the log is (re)read.
     """
     if paths is None:
         paths = default_log_paths()
@@ -228,7 +314,7 @@ def find_best(workload_key: str, target: Mapping,
     summaries = []
     for path in searched:  # a loop, not a comprehension, so stacklevel reaches the caller
         summaries.append(_load(path, workload_key, stacklevel=3))
-    kind, cpu, threads = target_key(target)
+    kind, cpu, _ = target_key(target)
     here = describe_target(target)
 
     known = next((s.workloads[workload_key] for s in summaries
@@ -240,62 +326,83 @@ def find_best(workload_key: str, target: Mapping,
     else:
         label = None
 
-    levels = [
-        ("exact", lambda k: k == (kind, cpu, threads)),
-        ("same_cpu", lambda k: k[:2] == (kind, cpu)),
-        ("other_target", lambda k: True),
-    ]
     shown = label or f"workload key {workload_key}"
-    unusable = 0
-    for match, accept in levels:
-        record, source, skipped = _pick(summaries, workload_key, accept, usable)
-        unusable = max(unusable, skipped)
+    skipped, verdicts = [], {}
+    for match, accept in _rules(target):
+        record, source, line, passed = _pick(summaries, workload_key, accept, usable, verdicts)
+        skipped += passed
         if record is None:
             continue
-        where = _display(source)
+        where = display_path(source)
+        there = describe_target(record.target)
         if match == "exact":
             reason = (f"using tuned schedule for {shown} on {here} from {where} "
                       f"({_cost_text(record)})")
         elif match == "same_cpu":
             reason = (f"no tuning record for {shown} on {here}; using the best one "
-                      f"measured on {describe_target(record.target)} from {where}")
+                      f"measured on {there} from {where}")
         else:
             reason = (f"no tuning record for {shown} on {cpu or kind}; using the best one "
-                      f"measured on {describe_target(record.target)} from {where}, "
-                      f"which may be slow here")
+                      f"measured on {there} from {where} (same {target_vector_bits(target)}-bit "
+                      f"vectors, no feature this CPU lacks)")
         if skipped:
-            reason += f"; {skipped} faster record(s) do not replay on these tensors and were skipped"
-        return Lookup(record, match, searched, reason, source)
+            reason += "; " + _skipped_text(skipped)
+        return Lookup(record, match, searched, reason, source, line, tuple(skipped), label=label)
 
-    reason = _none_reason(workload_key, label, summaries)
-    if unusable:
-        reason = (f"the {unusable} best tuning record(s) for {shown} do not replay on these tensors (traces "
-                  f"name stages and loops; were tensors or axes renamed?); using the default schedule")
-    return Lookup(None, "none", searched, reason)
+    text, why = _none_reason(workload_key, label, summaries, target)
+    if skipped:
+        text = (f"the {len(skipped)} best tuning record(s) for {shown} cannot be used: "
+                + _skipped_text(skipped).replace(" ranked before it", ""))
+        if any(s.why.startswith("does not replay") for s in skipped):
+            text += " (traces name stages and loops; were tensors or axes renamed?)"
+        why = f"{len(skipped)} unusable record{'s' if len(skipped) != 1 else ''}"
+    return Lookup(None, "none", searched, text + "; using the default schedule", skipped=tuple(skipped),
+                  why=why, label=label)
+
+
+def _misfit(other: Mapping, target: Mapping) -> str:
+    """Why records measured on ``other`` do not serve ``target``, in a few words."""
+    lacking = sorted(missing_features(other, target))
+    if lacking:
+        return "has " + ", ".join(lacking[:4]) + (", ..." if len(lacking) > 4 else "") + " (this CPU lacks)"
+    theirs, ours = target_vector_bits(other), target_vector_bits(target)
+    if theirs is None or ours is None:
+        return "features not recorded"
+    return f"{theirs}-bit vectors, not {ours}"
 
 
 def _none_reason(workload_key: str, label: str | None,
-                 summaries: list[_FileSummary]) -> str:
+                 summaries: list[_FileSummary], target: Mapping) -> tuple[str, str]:
+    """Why no record serves: one line, and a few words for a table."""
     short = workload_key if len(workload_key) <= 12 else workload_key[:12] + "..."
     what = f"workload {label} key {short}" if label else f"workload key {short}"
     if not summaries:
-        return f"no tuning logs searched for {what}; using the default schedule"
-    where = ", ".join(_display(s.path) + (f" ({s.note})" if s.note else "")
+        return f"no tuning logs searched for {what}", "no logs searched"
+    where = ", ".join(display_path(s.path) + (f" ({s.note})" if s.note else "")
                       for s in summaries)
     failed = Counter()
+    elsewhere = {}   # CPU -> why its records do not fit
     for s in summaries:
         if workload_key in s.workloads:
-            failed.update(s.workloads[workload_key].errors)
+            wl = s.workloads[workload_key]
+            failed.update(wl.errors)
+            for records in wl.best.values():
+                other = records[0].target
+                elsewhere.setdefault(describe_target({**other, "threads": None}), _misfit(other, target))
+    if elsewhere:
+        cpus = ", ".join(sorted(elsewhere))
+        causes = "; ".join(f"{cpu}: {why}" for cpu, why in sorted(elsewhere.items()))
+        return (f"no tuning record for {what} in {where} fits {describe_target(target)} ({causes})",
+                f"records only from {cpus}")
     if failed:
         total = sum(failed.values())
         kinds = ", ".join(f"{n} {kind}" for kind, n in failed.most_common())
-        return (f"all {total} tuning records for {what} in {where} failed ({kinds}); "
-                f"using the default schedule")
+        return (f"all {total} tuning records for {what} in {where} failed ({kinds})",
+                f"all {total} records failed")
     n_records = n_workloads = 0
     for s in summaries:
         records, workloads = s.other_workloads(workload_key)
         n_records, n_workloads = n_records + records, n_workloads + workloads
     contents = (f"{n_records} record{'s' if n_records != 1 else ''} for {n_workloads} "
                 f"other workload{'s' if n_workloads != 1 else ''}")
-    return f"no tuning record for {what} in {where} ({contents}); using the default schedule"
-
+    return f"no tuning record for {what} in {where} ({contents})", "no record"

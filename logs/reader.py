@@ -35,6 +35,8 @@ class ReadResult:
     scope : str or None
         What part of the file was examined, e.g. ``"workload key 3fa2c1d0..."``;
         ``None`` for the whole file.
+    line_numbers : list of int
+        The 1-based line of each record, in the order of ``records``.
     """
 
     path: str
@@ -43,6 +45,7 @@ class ReadResult:
     skipped: Counter = field(default_factory=Counter)
     first_invalid: str | None = None
     scope: str | None = None
+    line_numbers: list[int] = field(default_factory=list)
 
     @property
     def message(self) -> str | None:
@@ -171,6 +174,7 @@ def parse_spans(read: Callable[[int, int], bytes], spans: Iterable[Span], path: 
             continue
         if workload_key is None or record.workload_key == workload_key:
             result.records.append(record)
+            result.line_numbers.append(line_no)
     return result
 
 

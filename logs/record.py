@@ -119,11 +119,11 @@ def _find_version() -> str:
 def target_key(target: Mapping[str, Any]) -> tuple[str, str, int | None]:
     """Return the part of a target that decides whether a record applies.
 
-    Records match a target when kind, CPU name and thread count are equal.
-    The ``features`` string is recorded but *not* matched: for a given LLVM
-    CPU name it is implied by the CPU, and its spelling (order, LLVM-version
-    specific flags) changes between LLVM releases, which would orphan logs
-    after an upgrade (a TVM complaint, forum 14457).
+    Records match a target exactly when kind, CPU name and thread count are
+    equal.  The ``features`` string is not part of the key: its spelling
+    (order, LLVM-version specific flags) changes between LLVM releases, which
+    would orphan logs after an upgrade (a TVM complaint, forum 14457).
+    Features are compared as sets instead (:func:`missing_features`).
 
     Parameters
     ----------
@@ -139,6 +139,43 @@ def target_key(target: Mapping[str, Any]) -> tuple[str, str, int | None]:
     cpu = str(target.get("cpu") or "")
     threads = target.get("threads")
     return kind, cpu, (int(threads) if threads is not None else None)
+
+
+def target_features(target: Mapping[str, Any]) -> tuple[frozenset, frozenset] | None:
+    """The ``(enabled, disabled)`` LLVM features of a target, or None if it records none.
+
+    ``"+avx2,+fma,-avx512f"`` gives ``({"avx2", "fma"}, {"avx512f"})``.
+    """
+    text = target.get("features")
+    if not isinstance(text, str) or not text.strip():
+        return None
+    flags = [f.strip() for f in text.split(",") if f.strip()]
+    return (frozenset(f[1:] for f in flags if f.startswith("+")),
+            frozenset(f[1:] for f in flags if f.startswith("-")))
+
+
+def target_vector_bits(target: Mapping[str, Any]) -> int | None:
+    """The widest SIMD register of a target in bits (from its features), or None if unknown."""
+    from tensorir.target import vector_bits_of
+    text = target.get("features")
+    if not isinstance(text, str) or not text.strip():
+        return None
+    return vector_bits_of(text.replace(" ", ""))
+
+
+def missing_features(record_target: Mapping[str, Any], host: Mapping[str, Any]) -> frozenset:
+    """Features the record's CPU had that ``host`` lacks (empty if either lists no features).
+
+    A feature counts as lacking when the host lists it disabled, or when the host lists only
+    enabled features and it is not among them.  A feature the host's LLVM does not name at all
+    (renamed or added in another LLVM release) is not held against the record.
+    """
+    theirs, ours = target_features(record_target), target_features(host)
+    if theirs is None or ours is None:
+        return frozenset()
+    enabled, disabled = ours
+    absent = theirs[0] - enabled
+    return absent if not disabled else absent & disabled
 
 
 def describe_target(target: Mapping[str, Any]) -> str:

@@ -120,7 +120,8 @@ def test_a_sqlite_study_is_written_back_at_the_end_and_completed_from_the_log(tm
 
 def test_build_without_record_falls_back_with_one_clear_warning(tmp_path):
     tensors = ops.matmul(8, 8, 8)
-    with pytest.warns(TuningFallbackWarning, match=r"no tuning record for .*; using the default schedule"):
+    with pytest.warns(TuningFallbackWarning, match=r"1 build used no tuned schedule \(searched .*empty.jsonl\):\n"
+                      r".*\n  matmul\(M=8, N=8, K=8\) +heuristic +no record +tensortune tune matmul M=8 N=8 K=8$"):
         kernel = build(tensors, log=str(tmp_path / "empty.jsonl"))
     a = np.ones((8, 8), np.float32)
     c = np.empty((8, 8), np.float32)

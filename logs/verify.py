@@ -1,0 +1,141 @@
+"""Check a logged schedule before a build uses it: replay its trace, compile, compare with numpy.
+
+A log outlives the code that wrote it: a trace may no longer replay, or may
+replay into a loop nest that a later version lowers differently.  The record
+a build is about to use is therefore run once on random inputs and compared
+with :func:`tensorir.evaluate.evaluate` (the tensor expression computed by
+numpy).  Verdicts are cached per record and workload naming, so each record
+is checked once per process, and only records that are actually chosen.
+"""
+from __future__ import annotations
+
+import json
+import math
+import threading
+
+import numpy as np
+
+RTOL, ATOL = 1e-4, 1e-5
+"""Tolerance of the check, as the tuner's measurement uses: ``|got - ref| <= ATOL * max|ref| *
+sqrt(L) + RTOL * |ref|`` with ``L`` the longest reduction (rounding grows with reordered sums)."""
+
+_VERDICTS: dict = {}
+_LOCK = threading.Lock()
+
+
+def clear_verdicts() -> None:
+    """Forget the cached verdicts (a changed record is a new record anyway)."""
+    with _LOCK:
+        _VERDICTS.clear()
+
+
+def replay(tensors, record):
+    """The record's schedule on ``tensors``, or None if its trace does not replay there.
+
+    The workload key is structural, so a log may hold records of the same
+    computation written with other tensor or axis names; their traces name
+    other loops.
+    """
+    from schedules import Schedule
+    from schedules.errors import ScheduleError
+    try:
+        return Schedule.from_json(list(tensors), record.trace)
+    except (ScheduleError, ValueError, TypeError, KeyError):
+        return None
+
+
+def _one_line(err: BaseException, limit: int = 160) -> str:
+    text = " ".join(str(err).split()) or type(err).__name__
+    text = f"{type(err).__name__}: {text}" if not text.startswith(type(err).__name__) else text
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def random_inputs(tensors, seed: int = 0) -> list:
+    """One random array per placeholder, in workload order: uniform in [-1, 1], small integers for ints."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for t in tensors:
+        if not t.is_placeholder:
+            continue
+        if np.dtype(t.dtype).kind in "iu":
+            out.append(rng.integers(-8 if np.dtype(t.dtype).kind == "i" else 0, 8, t.shape).astype(t.dtype))
+        else:
+            out.append(rng.uniform(-1.0, 1.0, t.shape).astype(t.dtype))
+    return out
+
+
+def _longest_reduction(tensors) -> int:
+    from tensorir.te.evaluate import topo_stages
+    longest = 1
+    for t in topo_stages(tensors):
+        if not t.is_placeholder:
+            longest = max(longest, math.prod(ax.extent for ax in t.op.reduce_axes))
+    return longest
+
+
+def compare(names, outputs, references, reduction_length: int = 1) -> str | None:
+    """None if every output is within tolerance of its reference, else one line saying where not."""
+    for name, got, want in zip(names, outputs, references):
+        if got.dtype.kind in "iu":
+            bad = got != want
+        else:
+            want = want.astype(got.dtype, copy=False)
+            finite = np.isfinite(want)
+            with np.errstate(invalid="ignore", over="ignore"):
+                err = np.where(finite, np.abs(got.astype(np.float64) - want), 0.0)
+                scale = float(np.max(np.abs(want[finite]))) if finite.any() else 1.0
+                allowed = ATOL * (scale or 1.0) * math.sqrt(reduction_length) + RTOL * np.abs(np.where(finite, want, 0))
+                bad = (err > allowed) | (finite & ~np.isfinite(got)) | (~finite & (got != want) & ~np.isnan(want))
+        if bad.any():
+            where = [int(i) for i in np.argwhere(bad)[0]]
+            return (f"output {name}: {int(bad.sum())} of {got.size} elements wrong, first at {where} "
+                    f"(got {got[tuple(where)]:.6g}, expected {want[tuple(where)]:.6g})")
+    return None
+
+
+def check_schedule(tensors, schedule) -> str | None:
+    """Compile ``schedule`` and run it on random inputs against numpy: None if right, else why not.
+
+    Returns None as well when the reference itself cannot be computed (e.g. too
+    large for memory): the check cannot tell, and a build should not fail on that.
+    """
+    from tensorir.runtime import build as build_func
+    from tensorir.te.evaluate import EvaluateError, evaluate
+    tensors = list(tensors)
+    try:
+        kernel = build_func(schedule.lower())
+    except Exception as err:  # noqa: BLE001 - any failure to lower or compile makes the record unusable
+        return f"does not build: {_one_line(err)}"
+    try:
+        inputs = random_inputs(tensors)
+        refs = evaluate(tensors, inputs)
+        outs = [np.full(t.shape, np.nan if np.dtype(t.dtype).kind == "f" else 0, t.dtype)
+                for t in tensors if not t.is_placeholder]
+    except (EvaluateError, MemoryError):
+        return None
+    feed, fill = iter(inputs), iter(outs)
+    try:
+        kernel(*[next(feed) if t.is_placeholder else next(fill) for t in tensors])
+    except Exception as err:  # noqa: BLE001
+        return f"fails when run: {_one_line(err)}"
+    names = [t.name for t in tensors if not t.is_placeholder]
+    wrong = compare(names, outs, refs, _longest_reduction(tensors))
+    return None if wrong is None else f"wrong answer: {wrong}"
+
+
+def usable(tensors, record, check: bool = True):
+    """True if ``record`` replays on ``tensors`` and (if ``check``) computes the right numbers,
+    else one line saying why not (cached per record and tensor naming)."""
+    from tensorir.te.serialize import workload_to_json
+    key = (record.canonical_key(), json.dumps(workload_to_json(tensors), sort_keys=True), check)
+    with _LOCK:
+        if key in _VERDICTS:
+            return _VERDICTS[key]
+    schedule = replay(tensors, record)
+    if schedule is None:
+        verdict = "does not replay on these tensors"
+    else:
+        verdict = (check_schedule(tensors, schedule) if check else None) or True
+    with _LOCK:
+        _VERDICTS[key] = verdict
+    return verdict

@@ -21,7 +21,7 @@ __all__ = [
     "pretuned_dir", "installed_version", "target_key", "utc_now", "workload_label",
 ]
 
-from .apply import TuningFallbackWarning, best_schedule, build, current_target  # noqa: E402,F401
+from .apply import TuningFallbackWarning, best_schedule, build, current_target, heuristic_schedule  # noqa: E402,F401
 from .fallback import Fallback, TuningRequiredError  # noqa: E402,F401
 from .lookup import Skipped  # noqa: E402,F401
 from .scope import LogScope, apply_best  # noqa: E402,F401

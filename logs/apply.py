@@ -50,14 +50,16 @@ def best_schedule(tensors, paths=None, threads: int | None = None, name: str | N
     return replay(tensors, lookup.record), lookup
 
 
-def heuristic_schedule(tensors):
+def heuristic_schedule(tensors, target=None):
     """The generated space's heuristic start for ``tensors``: the first trial of every tuning run.
 
+    ``target`` (a :class:`~tensorir.target.Target`, default the host) sizes the space's vectors and tasks.
     Raises whatever the space raises (e.g. :class:`~schedules.errors.ScheduleError`).
     """
     from schedules.decisions import FixedDecisions
     from schedules.space import GeneratedSpace, SpaceOptions
-    space = GeneratedSpace(list(tensors), SpaceOptions.host())
+    options = SpaceOptions.host() if target is None else SpaceOptions(target.vector_bits, target.cores)
+    space = GeneratedSpace(list(tensors), options)
     return space.apply(FixedDecisions(space.default_decisions()))
 
 

@@ -67,7 +67,8 @@ def lib(tmp_path_factory):
     args = []
     for sym, wl, items in KERNELS:
         args += ["--workload", " ".join([f"{sym}={wl}", *items])]
-    code = _build_cli(*args, "--log", log, "--threads", str(THREADS), "-o", str(d / "libk.so"))
+    # the untuned kernels as naive nests: softmax's then allocates its intermediates (failure sites to test)
+    code = _build_cli(*args, "--log", log, "--threads", str(THREADS), "--untuned", "naive", "-o", str(d / "libk.so"))
     assert code == 0
     return d, d / "libk.so"
 
@@ -384,7 +385,7 @@ def _meta_of(path, lib) -> str:
     (["matmul", "--name", "int", "-o", "{d}/x.so"], "keyword"),
     (["matmul", "--name", "tensortune_x", "-o", "{d}/x.so"], "reserved"),
     (["--workload", "matmul M=8", "--workload", "matmul M=16", "-o", "{d}/x.so"], "given to two kernels"),
-    (["--workload", "free=softmax rows=4 cols=8", "-o", "{d}/x.so"], "a function the kernels call"),
+    (["--workload", "free=softmax rows=4 cols=8", "--untuned", "naive", "-o", "{d}/x.so"], "a function the kernels call"),
     (["--workload", "=matmul", "-o", "{d}/x.so"], "expected '[SYMBOL=]WORKLOAD"),
     (["--workload", "mm=matmul", "--name", "x", "-o", "{d}/x.so"], "--name names the positional"),
     (["{d}/w.json", "matmul", "-o", "{d}/x.so"], "either JSON workload files or one WORKLOAD"),
@@ -448,3 +449,23 @@ def test_int32_user_workload_and_no_c_compiler(tmp_path, monkeypatch, capsys):
     assert [ln for ln in err if "error" in ln] == [err[-1]] and "needs a C compiler" in err[-1]
     assert _build_cli("softmax", "rows=4", "cols=8", "-o", str(tmp_path / "x.o")) == 0
     assert (tmp_path / "x.o").read_bytes()[:4] == b"\x7fELF"
+
+
+def test_require_tuned_names_the_untuned_workloads_and_untuned_picks_the_fallback(tmp_path, capsys):
+    log = _parallel_log(tmp_path / "tuned.jsonl")
+    mm, sm = (" ".join([f"{s}={w}", *items]) for s, w, items in (MM, SM))
+    # MM has a record for this host at THREADS threads; SM has none
+    assert _build_cli("--workload", mm, "--log", log, "--threads", str(THREADS), "--require-tuned",
+                      "-o", str(tmp_path / "ok.so")) == 0
+    code = main(["build", "--workload", mm, "--workload", sm, "--log", log, "--threads", str(THREADS),
+                 "--require-tuned", "-o", str(tmp_path / "no.so")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.count("\n") == 0 and err.startswith("tensortune: error: "), err
+    assert "softmax(rows=7, cols=33" in err and "tensortune tune softmax" in err and "matmul" not in err, err
+    assert not (tmp_path / "no.so").exists()
+    # without --require-tuned the untuned kernel is built; the header says how each schedule was chosen
+    for untuned in ("heuristic", "naive"):
+        out = tmp_path / f"{untuned}.so"
+        assert _build_cli("--workload", sm, "--log", log, "--untuned", untuned, "-o", str(out)) == 0
+        built = {"heuristic": "the heuristic start", "naive": "the naive loop nest"}[untuned]
+        assert f"untuned: {built}" in out.with_suffix(".h").read_text()

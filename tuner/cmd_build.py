@@ -79,6 +79,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
     b.add_argument("--target-features", metavar="FEATURES", help="the target CPU's complete LLVM feature string "
                    "(+avx2,+fma,...; as a tuning log's target records it); tensortune's load_library refuses the "
                    "library on a host lacking any of them")
+    b.add_argument("--untuned", choices=("heuristic", "naive"), default="heuristic",
+                   help="what a workload without a tuning record gets: the tuner's heuristic start (default) "
+                        "or the naive loop nest")
+    b.add_argument("--require-tuned", action="store_true",
+                   help="fail, naming them, if any workload has no tuned schedule")
     b.add_argument("--quiet", action="store_true", help="print nothing but errors and warnings")
     return b
 
@@ -205,7 +210,7 @@ def target_from_args(args):
     return compile_target(args.threads or None, cpu, features)
 
 
-def _cross_schedule(spec, logs_paths, target):
+def _cross_schedule(spec, logs_paths, target, untuned: str):
     """``(schedule, how)`` for another CPU than this one: the logs' best record for ``target``, else the default."""
     import logs
     from schedules import Schedule
@@ -221,19 +226,25 @@ def _cross_schedule(spec, logs_paths, target):
     lookup = logs.find_best(spec.key, target.record(), logs_paths, name=spec.name, params=spec.params,
                             usable=replays)
     if lookup.record is None:
-        return Schedule(tensors), f"untuned for {target.cpu}: the default loop nest"
+        if untuned == "heuristic":
+            try:
+                return logs.heuristic_schedule(tensors, target), f"untuned for {target.cpu}: the heuristic start"
+            except ScheduleError:
+                pass
+        return Schedule(tensors), f"untuned for {target.cpu}: the naive loop nest"
     return Schedule.from_json(tensors, lookup.record.trace), f"tuned: {lookup.match} match in {lookup.source}"
 
 
-def _schedule_for(spec, logs_paths, threads, target, host):
+def _schedule_for(spec, logs_paths, threads, target, host, untuned: str):
     """``(schedule, how)``: the logs' best schedule for ``spec`` on ``target``, or the logs' fallback."""
     import logs
     if target.cpu != host.cpu:
-        return _cross_schedule(spec, logs_paths, target)
+        return _cross_schedule(spec, logs_paths, target, untuned)
     tensors = spec.tensors()
     sch, lookup = logs.best_schedule(tensors, logs_paths, threads, name=spec.name, params=spec.params)
-    if sch is None:   # the fallback is the logs' to choose (and to warn about)
-        kernel = logs.build(tensors, log=logs_paths, threads=threads, name=spec.name, params=spec.params)
+    if sch is None:   # the fallback is the logs' to choose (and to report, once, at the end of the scope)
+        kernel = logs.build(tensors, log=logs_paths, threads=threads, name=spec.name, params=spec.params,
+                            fallback=untuned)
         sch, lookup = getattr(kernel, "schedule", None), getattr(kernel, "lookup", lookup)
         if sch is None:
             from schedules import Schedule
@@ -243,11 +254,13 @@ def _schedule_for(spec, logs_paths, threads, target, host):
         source = getattr(lookup, "source", None)
         how = f"tuned: {getattr(lookup, 'match', 'found')} match" + (f" in {source}" if source else "")
     else:
-        how = "untuned: no tuning record for this workload"
+        built = {"heuristic": "the heuristic start", "naive": "the naive loop nest"}.get(getattr(lookup, "match", ""))
+        how = f"untuned: {built or 'the default schedule'} (no tuning record for this workload)"
     return sch, how
 
 
 def _run(args) -> int:
+    import logs
     from logs import installed_version
     from schedules.errors import ScheduleError
     from tensorir.ops.registry import get_workload
@@ -280,14 +293,25 @@ def _run(args) -> int:
         r.symbol = symbol
         named[symbol] = r
     threads = args.threads or None
-    kernels = []
-    rows = []
+    specs = []
     for r in requests:
         try:
-            spec = WorkloadSpec.parse(r.workload, r.items)
+            specs.append(WorkloadSpec.parse(r.workload, r.items))
         except SpecError as err:
             raise CLIError(f"{err}" + ("" if r.origin == "the command line" else f" (in {r.origin})")) from None
-        sch, how = _schedule_for(spec, args.log, threads, target, host)
+    # one scope for the command: the workloads built without a tuned schedule are reported once, together
+    try:
+        with logs.apply_best([], strict=args.require_tuned):
+            schedules = [_schedule_for(spec, args.log, threads, target, host, args.untuned) for spec in specs]
+            if args.require_tuned and target.cpu != host.cpu:
+                untuned = [s.label for s, (_, how) in zip(specs, schedules) if how.startswith("untuned")]
+                if untuned:
+                    raise logs.TuningRequiredError(f"no tuned schedule for {target.cpu}: {', '.join(untuned)}")
+    except logs.TuningRequiredError as err:
+        raise CLIError(str(err)) from None
+    kernels = []
+    rows = []
+    for r, spec, (sch, how) in zip(requests, specs, schedules):
         try:
             func = sch.lower(target=target)
         except ScheduleError as err:
@@ -325,6 +349,8 @@ def _command(requests, args, target) -> str:
         parts += ["--log", shlex.quote(path)]
     if args.threads:
         parts += ["--threads", str(args.threads)]
+    if args.untuned != "heuristic":
+        parts += ["--untuned", args.untuned]
     if args.target_cpu or args.target_features:
         parts += ["--target-cpu", shlex.quote(target.cpu), "--target-features", shlex.quote(target.features)]
     return " ".join(parts + ["-o", shlex.quote(os.path.basename(args.output))])

@@ -10,14 +10,11 @@ is checked once per process, and only records that are actually chosen.
 from __future__ import annotations
 
 import json
-import math
 import threading
 
 import numpy as np
 
-RTOL, ATOL = 1e-4, 1e-5
-"""Tolerance of the check, as the tuner's measurement uses: ``|got - ref| <= ATOL * max|ref| *
-sqrt(L) + RTOL * |ref|`` with ``L`` the longest reduction (rounding grows with reordered sums)."""
+from tensorir.te.check import check_outputs, longest_reduction
 
 _VERDICTS: dict = {}
 _LOCK = threading.Lock()
@@ -64,35 +61,6 @@ def random_inputs(tensors, seed: int = 0) -> list:
     return out
 
 
-def _longest_reduction(tensors) -> int:
-    from tensorir.te.evaluate import topo_stages
-    longest = 1
-    for t in topo_stages(tensors):
-        if not t.is_placeholder:
-            longest = max(longest, math.prod(ax.extent for ax in t.op.reduce_axes))
-    return longest
-
-
-def compare(names, outputs, references, reduction_length: int = 1) -> str | None:
-    """None if every output is within tolerance of its reference, else one line saying where not."""
-    for name, got, want in zip(names, outputs, references):
-        if got.dtype.kind in "iu":
-            bad = got != want
-        else:
-            want = want.astype(got.dtype, copy=False)
-            finite = np.isfinite(want)
-            with np.errstate(invalid="ignore", over="ignore"):
-                err = np.where(finite, np.abs(got.astype(np.float64) - want), 0.0)
-                scale = float(np.max(np.abs(want[finite]))) if finite.any() else 1.0
-                allowed = ATOL * (scale or 1.0) * math.sqrt(reduction_length) + RTOL * np.abs(np.where(finite, want, 0))
-                bad = (err > allowed) | (finite & ~np.isfinite(got)) | (~finite & (got != want) & ~np.isnan(want))
-        if bad.any():
-            where = [int(i) for i in np.argwhere(bad)[0]]
-            return (f"output {name}: {int(bad.sum())} of {got.size} elements wrong, first at {where} "
-                    f"(got {got[tuple(where)]:.6g}, expected {want[tuple(where)]:.6g})")
-    return None
-
-
 def check_schedule(tensors, schedule) -> str | None:
     """Compile ``schedule`` and run it on random inputs against numpy: None if right, else why not.
 
@@ -119,7 +87,7 @@ def check_schedule(tensors, schedule) -> str | None:
     except Exception as err:  # noqa: BLE001
         return f"fails when run: {_one_line(err)}"
     names = [t.name for t in tensors if not t.is_placeholder]
-    wrong = compare(names, outs, refs, _longest_reduction(tensors))
+    wrong = check_outputs(names, outs, refs, reduction_length=longest_reduction(tensors))
     return None if wrong is None else f"wrong answer: {wrong}"
 
 

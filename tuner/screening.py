@@ -145,10 +145,10 @@ class Asker:
     def _is_new(self, cand: Candidate) -> bool:
         key = decision_key(cand.decisions)
         st = self.st
-        if key in st.seen or key in st.fresh or cand.func in st.seen_funcs:
+        if key in st.seen or key in st.fresh or cand.nest in st.seen_funcs:
             return False   # the same decisions, or other decisions giving an identical loop nest
         st.fresh.add(key)
-        st.seen_funcs.add(cand.func)
+        st.seen_funcs.add(cand.nest)
         self.pool.append(cand)
         return True
 

@@ -236,3 +236,25 @@ def test_code_generation_passes_run_only_when_a_candidate_is_measured(monkeypatc
     sent = []
     stub = SimpleNamespace(measurer=SimpleNamespace(measure=lambda funcs, **kw: sent.append(funcs) or ["ok"] * len(funcs)))
     assert Tuner._measure(stub, [c, bad]) == ["ok", bad.error] and sent == [[c.func]]
+
+
+def test_asker_runs_the_code_generation_passes_only_when_every_ask_is_measured():
+    import random
+
+    import optuna
+
+    from schedules.space import GeneratedSpace
+    from tuner.candidates import Candidates
+    from tuner.screening import Asker
+    from tuner.state import RunState
+
+    spec = WorkloadSpec.parse("matmul", ["M=64", "N=64", "K=64"])
+    cands = Candidates(spec, GeneratedSpace(spec.tensors()), {"kind": "llvm", "cpu": "x", "threads": 1})
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    for finish in (False, True):
+        study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0))
+        asker = Asker(cands, study, RunState(seen=set()), random.Random(0), 4, finish=finish)
+        asker.run()
+        pool = asker.take()
+        assert pool and all((c.lowered is not None) == finish for c in pool)
+        assert all(c.func is not None and c.func == c.schedule.lower() for c in pool)

@@ -370,7 +370,7 @@ class Tuner:
 
     def _asker(self, want: int) -> Asker:
         return Asker(self.candidates, self.study, self.state, self.mutation_rng,
-                     *self.screening.n_ask(want, self.model))
+                     *self.screening.n_ask(want, self.model), finish=not self.screening.ranks(self.model))
 
     def _take(self, asker: Asker, rnd: Round | None = None) -> list:
         """The asker's new candidates; its invalid ones are logged (and added to ``rnd``)."""

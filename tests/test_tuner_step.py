@@ -204,3 +204,57 @@ def test_candidates_and_measurer_classify_replay_and_lowering_failures_alike():
         assert (c.error.error_kind if c.error else None) == kind and (c.func is None) == (kind is not None)
     assert prepare(tensors, bad_trace).error_kind == "lower"
     assert prepare(tensors, {"instructions": [{"op": "nope"}]}).error_kind == "schedule"
+
+
+def test_code_generation_passes_run_only_when_a_candidate_is_measured(monkeypatch):
+    """An ask stops at the schedule's own nest (features, telling asks apart); ``func`` runs the
+    remaining passes on first use and gives what ``lower()`` gives; a failure there is a "lower"
+    error that the tuner reports for that candidate without measuring it."""
+    from types import SimpleNamespace
+
+    import schedules.lowering as lowering
+    from schedules.decisions import FixedDecisions
+    from schedules.space import GeneratedSpace
+    from tuner.candidates import Candidates
+    from tuner.search import Tuner
+
+    spec = WorkloadSpec.parse("matmul", ["M=64", "N=64", "K=64"])
+    space = GeneratedSpace(spec.tensors())
+    cands = Candidates(spec, space, {"kind": "llvm", "cpu": "x", "threads": 1})
+    decisions = space.default_decisions()
+    c = cands.prepare(None, decisions)
+    assert c.error is None and c.features is not None and c.lowered is None
+    assert c.nest == space.apply(FixedDecisions(decisions)).lower(until=lowering.SCHEDULED)
+    assert c.func == space.apply(FixedDecisions(decisions)).lower() and c.lowered is c.func
+
+    def broken(*args, **kw):
+        raise RuntimeError("a pass failed")
+    monkeypatch.setattr(lowering, "apply_passes", broken)
+    bad = cands.prepare(None, decisions)
+    assert bad.error is None and bad.func is None and bad.error.error_kind == "lower"
+    assert "a pass failed" in bad.error.error_msg
+    sent = []
+    stub = SimpleNamespace(measurer=SimpleNamespace(measure=lambda funcs, **kw: sent.append(funcs) or ["ok"] * len(funcs)))
+    assert Tuner._measure(stub, [c, bad]) == ["ok", bad.error] and sent == [[c.func]]
+
+
+def test_asker_runs_the_code_generation_passes_only_when_every_ask_is_measured():
+    import random
+
+    import optuna
+
+    from schedules.space import GeneratedSpace
+    from tuner.candidates import Candidates
+    from tuner.screening import Asker
+    from tuner.state import RunState
+
+    spec = WorkloadSpec.parse("matmul", ["M=64", "N=64", "K=64"])
+    cands = Candidates(spec, GeneratedSpace(spec.tensors()), {"kind": "llvm", "cpu": "x", "threads": 1})
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    for finish in (False, True):
+        study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0))
+        asker = Asker(cands, study, RunState(seen=set()), random.Random(0), 4, finish=finish)
+        asker.run()
+        pool = asker.take()
+        assert pool and all((c.lowered is not None) == finish for c in pool)
+        assert all(c.func is not None and c.func == c.schedule.lower() for c in pool)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from logs import TuningRecord, utc_now
 from schedules.decisions import FixedDecisions, OptunaDecisions
 
-from .measure import MeasureResult, replay_and_lower
+from .measure import MeasureResult, finish_lowering, replay_and_lower
 from .spec import WorkloadSpec
 
 
@@ -16,11 +16,21 @@ class Candidate:
     trial: object
     decisions: dict
     schedule: object = None
-    func: object = None
+    nest: object = None      # the schedule's own loop nest: features read it, asks are told apart by it
     features: object = None
     error: MeasureResult | None = None
     choices: dict = field(default_factory=dict)   # decision name -> the choices it was offered
     origin: str = "ask"      # "ask" (the sampler's) or "mutant"; once picked, the arm that chose it
+    lowered: object = field(default=None, repr=False)   # the loop nest code generation compiles, once made
+
+    @property
+    def func(self):
+        """The loop nest code generation compiles, or None if the candidate did not lower (then
+        ``error`` says why).  ``nest`` goes through the code-generation passes on first use: once
+        the cost model ranks, most asks are screened out and never need them."""
+        if self.lowered is None and self.nest is not None and self.error is None:
+            self.lowered, self.error = finish_lowering(self.nest)
+        return self.lowered
 
 
 class Candidates:
@@ -38,17 +48,19 @@ class Candidates:
         """The candidate of an Optuna ``trial``, of fixed ``decisions`` or of a decision source ``src``.
 
         A combination that gives no legal schedule comes back with ``error`` set (see
-        :func:`tuner.measure.replay_and_lower`); otherwise with its loop nest and features.
+        :func:`tuner.measure.replay_and_lower`); otherwise with its own loop nest (``nest``) and
+        features (``func``, the nest code generation compiles, is made when first used).
         """
         from cost_model import extract_features
         if src is None:
             src = OptunaDecisions(trial) if trial is not None else FixedDecisions(decisions or {})
         cand = Candidate(trial, {})
-        cand.schedule, cand.func, scheduled, cand.error = replay_and_lower(lambda: self.space.apply(src))
+        cand.schedule, _, cand.nest, cand.error = replay_and_lower(lambda: self.space.apply(src),
+                                                                   scheduled_only=True)
         cand.decisions = dict(src.decisions)
         cand.choices = dict(src.choices)
-        if cand.func is not None:     # features read the schedule's own nest, before codegen's passes
-            cand.features = extract_features(scheduled)
+        if cand.nest is not None:     # features read the schedule's own nest, before codegen's passes
+            cand.features = extract_features(cand.nest)
         return cand
 
     def default(self) -> Candidate | None:
@@ -56,7 +68,7 @@ class Candidates:
         from schedules import Schedule
         try:
             schedule = Schedule(self.spec.tensors())
-            return Candidate(None, {}, schedule=schedule, func=schedule.lower())
+            return Candidate(None, {}, schedule=schedule, lowered=schedule.lower())
         except Exception:  # noqa: BLE001 - the search goes on without it
             return None
 

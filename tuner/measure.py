@@ -221,12 +221,13 @@ def _fail(kind: str, msg, func=None, **kw) -> MeasureResult:
     return MeasureResult(error_kind=kind, error_msg=one_line(msg, 500), func=func, **kw)
 
 
-def replay_and_lower(replay) -> tuple:
+def replay_and_lower(replay, scheduled_only: bool = False) -> tuple:
     """``(schedule, func, scheduled, None)``: the schedule ``replay()`` builds, the loop nest code
     generation compiles and the schedule's own nest before the code-generation passes (what the
     cost model's features read); or ``(schedule or None, None, None, failure)``, a failed result of
     kind ``"schedule"`` (``replay()`` raised) or ``"lower"``.  Never raises: the one place where the
-    measurer and the tuner's candidates classify these failures."""
+    measurer and the tuner's candidates classify these failures.  ``scheduled_only``: stop at the
+    schedule's own nest (``func`` is then None; :func:`finish_lowering` makes it)."""
     from schedules.lowering import SCHEDULED
     try:
         sch = replay()
@@ -235,12 +236,27 @@ def replay_and_lower(replay) -> tuple:
     except Exception as err:  # noqa: BLE001 - a bug in a primitive still only sinks this candidate
         return None, None, None, _fail(ErrorKind.SCHEDULE, f"{type(err).__name__}: {err}")
     try:
+        if scheduled_only:
+            return sch, None, sch.lower(until=SCHEDULED), None
         steps = sch.lower_steps()
         return sch, steps[-1][1], dict(steps)[SCHEDULED], None
     except ScheduleError as err:
         return sch, None, None, _fail(ErrorKind.LOWER, err)
     except Exception as err:  # noqa: BLE001
         return sch, None, None, _fail(ErrorKind.LOWER, f"{type(err).__name__}: {err}")
+
+
+def finish_lowering(scheduled: PrimFunc) -> tuple:
+    """``(func, None)``: the schedule's own nest (``replay_and_lower(..., scheduled_only=True)``)
+    through the remaining lowering passes, the loop nest code generation compiles; or ``(None,
+    failure)``, a failed result of kind ``"lower"``.  Never raises."""
+    from schedules.lowering import PASS_NAMES, SCHEDULED, apply_passes
+    try:
+        return apply_passes(scheduled, names=PASS_NAMES[PASS_NAMES.index(SCHEDULED) + 1:]), None
+    except ScheduleError as err:
+        return None, _fail(ErrorKind.LOWER, err)
+    except Exception as err:  # noqa: BLE001
+        return None, _fail(ErrorKind.LOWER, f"{type(err).__name__}: {err}")
 
 
 def prepare(tensors, candidate) -> PrimFunc | MeasureResult:
@@ -549,5 +565,5 @@ def measure_once(spec: WorkloadSpec, candidates: list, config: MeasureConfig | N
         return m.measure(candidates)
 
 
-__all__ = ["MeasureConfig", "MeasureResult", "Measurer", "prepare", "replay_and_lower", "measure_once",
-           "allocated_bytes"]
+__all__ = ["MeasureConfig", "MeasureResult", "Measurer", "prepare", "replay_and_lower", "finish_lowering",
+           "measure_once", "allocated_bytes"]

@@ -81,9 +81,14 @@ class Asker:
     ``take()`` (to be logged there: the log is appended from one thread only).
     """
 
-    def __init__(self, candidates: Preparer, study, state: RunState, rng, n_ask: int, n_mutants: int = 0):
+    def __init__(self, candidates: Preparer, study, state: RunState, rng, n_ask: int, n_mutants: int = 0,
+                 finish: bool = False):
         self.candidates, self.study, self.st, self.rng = candidates, study, state, rng
         self.n_ask, self.n_mutants = n_ask, n_mutants
+        # Lower new candidates all the way here (``Candidate.func``), in this thread: right when
+        # every one will be measured (no model screens them); otherwise the measured ones are
+        # lowered when they are picked.
+        self.finish = finish
         # the parents of this round's mutants: the best measured when the round is asked
         self.parents = [d for _, d in state.parents]
         self.pool: list = []
@@ -145,10 +150,12 @@ class Asker:
     def _is_new(self, cand: Candidate) -> bool:
         key = decision_key(cand.decisions)
         st = self.st
-        if key in st.seen or key in st.fresh or cand.func in st.seen_funcs:
+        if key in st.seen or key in st.fresh or cand.nest in st.seen_funcs:
             return False   # the same decisions, or other decisions giving an identical loop nest
         st.fresh.add(key)
-        st.seen_funcs.add(cand.func)
+        st.seen_funcs.add(cand.nest)
+        if self.finish:
+            cand.func   # noqa: B018 - runs the code-generation passes now (a failure sets cand.error)
         self.pool.append(cand)
         return True
 

@@ -251,7 +251,7 @@ class Tuner:
         feats, thr = [], []
         for decisions, gflops in [e for e in estimates(previous).values() if e[0]][-512:]:   # (not the default)
             c = self.candidates.prepare(None, decisions)
-            if c.func is not None:
+            if c.features is not None:
                 feats.append(c.features)
                 thr.append(gflops)
         if feats:
@@ -339,7 +339,7 @@ class Tuner:
         for cand in rest:
             if cand.trial is not None:
                 self.study.tell(cand.trial, state=optuna.trial.TrialState.FAIL)  # unmeasured: withdrawn
-            st.seen_funcs.discard(cand.func)
+            st.seen_funcs.discard(cand.nest)
             st.fresh.discard(decision_key(cand.decisions))
         # The next round's asks (Optuna sampling, lowering, features) run in a thread while this
         # round compiles, and pause before timing starts.
@@ -351,7 +351,7 @@ class Tuner:
         # the default schedule: once, when a time to screen it against exists (or in a run's only round)
         if self._baseline is not None and (st.contenders or st.measured + len(picked) >= cfg.trials):
             again, self._baseline = again + [self._baseline], None
-        results = self.measurer.measure([c.func for c in picked + again], before_timing=self._quiet_hook(self._ahead))
+        results = self._measure(picked + again, before_timing=self._quiet_hook(self._ahead))
         if self._ahead is not None:
             # All of the next round's asks are made before this round's results are told, so the
             # sampler sees the same history whatever the timing.
@@ -362,9 +362,15 @@ class Tuner:
             callback(self, rnd)
         return rnd
 
+    def _measure(self, cands: list, **kw) -> list:
+        """Measure ``cands`` (``Measurer.measure``); one whose code-generation passes failed gets that failure."""
+        funcs = [c.func for c in cands]     # (the passes run here, for the measured candidates only)
+        measured = iter(self.measurer.measure([f for f in funcs if f is not None], **kw))
+        return [next(measured) if f is not None else c.error for c, f in zip(cands, funcs)]
+
     def _asker(self, want: int) -> Asker:
         return Asker(self.candidates, self.study, self.state, self.mutation_rng,
-                     *self.screening.n_ask(want, self.model))
+                     *self.screening.n_ask(want, self.model), finish=not self.screening.ranks(self.model))
 
     def _take(self, asker: Asker, rnd: Round | None = None) -> list:
         """The asker's new candidates; its invalid ones are logged (and added to ``rnd``)."""

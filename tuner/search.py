@@ -464,22 +464,24 @@ class Tuner:
         self._mirror = write_back(self.study, self._mirror, self._synced)
 
     def _remeasure_finalists(self) -> None:
-        """Measure the would-be finalists again until each has ``remeasure`` measurements (at most
-        that many extra batches): the last rounds' lucky single measurements had no later round to
-        be repeated in, and would otherwise take finalist places from schedules that are fast.
-        Part of finishing, like the re-timing: logged here, not a round for the measure callbacks."""
+        """Measure again the would-be finalists measured only once, until none is (at most ``finalists``
+        batches): the last rounds' lucky single measurements had no later round to be repeated in, and
+        would otherwise take finalist places from schedules that are fast.  Each is measured once more,
+        not up to ``remeasure`` times: a few kernel timings at the end of a run.  Part of finishing, like
+        the re-timing: logged here, not a round for the measure callbacks."""
         cfg, st = self.config, self.state
-        for _ in range(max(cfg.remeasure - 1, 0)):
-            due = [st.contenders[k] for k in st.ranked(st.contenders)[:cfg.finalists]
-                   if len(st.scores[k][1]) < cfg.remeasure]
+        st.due = []
+        if cfg.remeasure <= 1:
+            return
+        for _ in range(cfg.finalists):
+            due = [st.contenders[k] for k in st.ranked(st.contenders)[:cfg.finalists] if len(st.scores[k][1]) < 2]
             if not due:
-                break
+                return
             rnd = Round()
             self._tell(rnd, [], [], due, self.measurer.measure([c.func for c in due]))
             if self.log is not None:
                 for m in rnd.repeats:
                     self.log.append(m.record)
-        st.due = []
 
     def _confirm_finalists(self) -> None:
         cfg, st = self.config, self.state

@@ -276,6 +276,10 @@ def test_bench_without_a_record_times_untuned_against_numpy(tmp_path, capsys):
     assert code == 0
     assert "no tuning record" in err and "timing the untuned build against numpy" in err
     assert [line.split()[0] for line in out.splitlines()] == ["workload", "untuned", "numpy", "speed", "timed"]
+    code, out, err = run_cli(capsys, "bench", "matmul", "M=8", "N=8", "K=8", "--log", path, "--threads", 1,
+                             "--require-tuned")
+    assert code == 2 and err.count("\n") == 1 and out == "", err
+    assert "no tuned schedule for matmul(M=8, N=8, K=8" in err and "tensortune tune matmul M=8 N=8 K=8" in err, err
 
 
 @pytest.mark.parametrize("args, pattern", [

@@ -31,6 +31,8 @@ def add_parser(sub) -> None:
                    "shipped ones)")
     b.add_argument("--threads", type=int, help="kernel threads, and numpy's (default: all cores)")
     b.add_argument("--rounds", type=int, default=5, help="alternating rounds, 3 repeats each (default 5)")
+    b.add_argument("--require-tuned", action="store_true",
+                   help="fail, naming the tune command, if the logs hold no usable record for the workload")
     b.add_argument("--json", action="store_true", help="print one JSON object on the last line")
 
 
@@ -75,6 +77,10 @@ def run(args) -> int:
     fns = {}
     if lookup.record is not None:
         fns["tuned"] = _checked(tuned, spec, inputs, f"best logged ({lookup.source})")
+    elif args.require_tuned:
+        from logs.naming import describe
+        label, command = describe(spec.tensors(), spec.name, spec.params, threads)
+        raise CLIError(f"no tuned schedule for {label} ({lookup.why}); tune it: {command}")
     else:
         print(f"{lookup.reason}; timing the untuned build against numpy", file=sys.stderr)
     fns["untuned"] = _checked(_build(spec, threads, []), spec, inputs, "untuned")

@@ -22,7 +22,7 @@ from .fallback import FALLBACKS, Fallback, TuningFallbackWarning, summary
 from .lookup import find_best
 from .naming import describe, identify
 from .scope import current_scope, search_paths
-from .verify import replay, usable as record_usable
+from .verify import error_line, replay, usable as record_usable
 
 __all__ = ["TuningFallbackWarning", "best_schedule", "build", "current_target", "heuristic_schedule", "replay"]
 
@@ -63,12 +63,6 @@ def heuristic_schedule(tensors, target=None):
     return space.apply(FixedDecisions(space.default_decisions()))
 
 
-def _one_line(err: BaseException, limit: int = 200) -> str:
-    text = " ".join(str(err).split())
-    text = f"{type(err).__name__}: {text}" if text else type(err).__name__
-    return text if len(text) <= limit else text[:limit - 3] + "..."
-
-
 def _untuned(tensors, lookup, fallback: str):
     """``(kernel, schedule, lookup)`` without a record: the heuristic schedule, else the naive nest."""
     from schedules import Schedule
@@ -79,7 +73,7 @@ def _untuned(tensors, lookup, fallback: str):
             sch = heuristic_schedule(tensors)
             kernel = build_func(sch.lower())
         except Exception as err:  # noqa: BLE001 - any failure of the heuristic start: the naive nest still serves
-            failure = _one_line(err)
+            failure = error_line(err, limit=200)
         else:
             reason = f"{base}; using the heuristic schedule (the tuner's first trial)"
             return kernel, sch, dataclasses.replace(lookup, match="heuristic", reason=reason)

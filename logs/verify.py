@@ -41,7 +41,8 @@ def replay(tensors, record):
         return None
 
 
-def _one_line(err: BaseException, limit: int = 160) -> str:
+def error_line(err: BaseException, limit: int = 160) -> str:
+    """``err`` as one line of at most ``limit`` characters, led by its type."""
     text = " ".join(str(err).split()) or type(err).__name__
     text = f"{type(err).__name__}: {text}" if not text.startswith(type(err).__name__) else text
     return text if len(text) <= limit else text[:limit - 3] + "..."
@@ -73,7 +74,7 @@ def check_schedule(tensors, schedule) -> str | None:
     try:
         kernel = build_func(schedule.lower())
     except Exception as err:  # noqa: BLE001 - any failure to lower or compile makes the record unusable
-        return f"does not build: {_one_line(err)}"
+        return f"does not build: {error_line(err)}"
     try:
         inputs = random_inputs(tensors)
         refs = evaluate(tensors, inputs)
@@ -85,7 +86,7 @@ def check_schedule(tensors, schedule) -> str | None:
     try:
         kernel(*[next(feed) if t.is_placeholder else next(fill) for t in tensors])
     except Exception as err:  # noqa: BLE001
-        return f"fails when run: {_one_line(err)}"
+        return f"fails when run: {error_line(err)}"
     names = [t.name for t in tensors if not t.is_placeholder]
     wrong = check_outputs(names, outs, refs, reduction_length=longest_reduction(tensors))
     return None if wrong is None else f"wrong answer: {wrong}"

@@ -113,6 +113,22 @@ def machine_peak(cpu: str, threads: int, measure: bool = True, path=None, refres
 
 # ------------------------------------------------------------------ microbenchmarks
 
+def _tree_sum(vt: str, n: int) -> tuple:
+    """``(IR lines, final value)`` adding the loop's ``%n0 .. %n{n-1}`` pairwise."""
+    sums = [f"%n{c}" for c in range(n)]
+    adds, k = [], 0
+    while len(sums) > 1:
+        a, b = sums.pop(0), sums.pop(0)
+        adds.append(f"  %s{k} = fadd {vt} {a}, {b}")
+        sums.append(f"%s{k}")
+        k += 1
+    return "\n".join(adds), sums[0]
+
+
+def _attributes(lanes: int) -> str:
+    return (f'attributes #0 = {{ "min-legal-vector-width"="{lanes * 32}" '
+            f'"prefer-vector-width"="{lanes * 32}" }}')
+
 def _fma_ir(lanes: int, chains: int) -> str:
     vt = f"<{lanes} x float>"
     splat = lambda v: "<" + ", ".join([f"float {v}"] * lanes) + ">"   # noqa: E731
@@ -120,13 +136,7 @@ def _fma_ir(lanes: int, chains: int) -> str:
                      for c in range(chains))
     fmas = "\n".join(f"  %n{c} = call {vt} @llvm.fma.v{lanes}f32({vt} %a{c}, {vt} %x, {vt} %y)"
                      for c in range(chains))
-    sums = [f"%n{c}" for c in range(chains)]
-    adds, k = [], 0
-    while len(sums) > 1:       # keep every chain live: their sum is stored
-        a, b = sums.pop(0), sums.pop(0)
-        adds.append(f"  %s{k} = fadd {vt} {a}, {b}")
-        sums.append(f"%s{k}")
-        k += 1
+    adds, total = _tree_sum(vt, chains)      # keep every chain live: their sum is stored
     return f"""
 declare {vt} @llvm.fma.v{lanes}f32({vt}, {vt}, {vt})
 define void @fma_peak(i64 %n, ptr %xy, ptr %out) #0 {{
@@ -143,12 +153,11 @@ loop:
   %more = icmp ult i64 %i1, %n
   br i1 %more, label %loop, label %exit
 exit:
-{chr(10).join(adds)}
-  store {vt} {sums[0]}, ptr %out, align 4
+{adds}
+  store {vt} {total}, ptr %out, align 4
   ret void
 }}
-attributes #0 = {{ "min-legal-vector-width"="{lanes * 32}" "prefer-vector-width"="{lanes * 32}" }}
-"""
+{_attributes(lanes)}"""
 
 
 def _stream_ir(lanes: int, accs: int) -> str:
@@ -158,13 +167,7 @@ def _stream_ir(lanes: int, accs: int) -> str:
     body = "\n".join(f"  %o{c} = add i64 %i, {c}\n  %p{c} = getelementptr {vt}, ptr %src, i64 %o{c}\n"
                      f"  %v{c} = load {vt}, ptr %p{c}, align 4\n  %n{c} = fadd {vt} %a{c}, %v{c}"
                      for c in range(accs))
-    sums = [f"%n{c}" for c in range(accs)]
-    adds, k = [], 0
-    while len(sums) > 1:
-        a, b = sums.pop(0), sums.pop(0)
-        adds.append(f"  %s{k} = fadd {vt} {a}, {b}")
-        sums.append(f"%s{k}")
-        k += 1
+    adds, total = _tree_sum(vt, accs)
     return f"""
 define void @stream_read(ptr %src, i64 %nvec, ptr %out) #0 {{
 entry:
@@ -177,12 +180,11 @@ loop:
   %more = icmp ult i64 %i1, %nvec
   br i1 %more, label %loop, label %exit
 exit:
-{chr(10).join(adds)}
-  store {vt} {sums[0]}, ptr %out, align 4
+{adds}
+  store {vt} {total}, ptr %out, align 4
   ret void
 }}
-attributes #0 = {{ "min-legal-vector-width"="{lanes * 32}" "prefer-vector-width"="{lanes * 32}" }}
-"""
+{_attributes(lanes)}"""
 
 
 _compiled: dict = {}

@@ -56,24 +56,34 @@ def spec_for(rec):
         return None
 
 
-def report(log_paths=None, workload: str | None = None, params=(), top: int = 3, show_nest: bool = False) -> str:
-    """The report as text: per workload and machine, the best schedules and why they are fast.
-
-    Raises :class:`tuner.spec.SpecError` (one line) if ``workload`` and ``params`` name no valid workload.
-    """
-    from logs import TuningLog, default_log_paths, describe_target
-    from schedules import Schedule
-    from schedules.errors import ScheduleError
-    from schedules.lowering import SCHEDULED
+def group_records(paths, workload: str | None = None, params=()) -> dict:
+    """``{(workload key, target description): [records]}`` of the logs at ``paths``, pooled; only
+    ``workload`` with ``params`` (as ``tensortune tune`` takes them) when given.  Raises
+    :class:`tuner.spec.SpecError` if they name no valid workload."""
+    from logs import TuningLog, describe_target
 
     from .spec import WorkloadSpec
-    paths = [str(p) for p in (log_paths or default_log_paths())]
     want_key = WorkloadSpec.parse(workload, list(params)).key if workload else None
     groups = defaultdict(list)
     for path in paths:
         for rec in TuningLog(path, mode="r").records():
             if want_key is None or rec.workload_key == want_key:
                 groups[(rec.workload_key, describe_target(rec.target))].append(rec)
+    return groups
+
+
+def report(log_paths=None, workload: str | None = None, params=(), top: int = 3, show_nest: bool = False) -> str:
+    """The report as text: per workload and machine, the best schedules and why they are fast.
+
+    Raises :class:`tuner.spec.SpecError` (one line) if ``workload`` and ``params`` name no valid workload.
+    """
+    from logs import default_log_paths
+    from schedules import Schedule
+    from schedules.errors import ScheduleError
+    from schedules.lowering import SCHEDULED
+
+    paths = [str(p) for p in (log_paths or default_log_paths())]
+    groups = group_records(paths, workload, params)
     if not groups:
         where = ", ".join(paths) or "(no log)"
         what = f" for {workload} {' '.join(params)}".rstrip() if workload else ""

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections import Counter, defaultdict
+from collections import Counter
 from datetime import datetime
 
 RUN_GAP_S = 300.0
@@ -235,16 +235,9 @@ def gather(log_paths, workload: str | None = None, params=(), top: int = 5, peak
     tuner.spec.SpecError
         If ``workload`` and ``params`` name no valid workload.
     """
-    from logs import TuningLog, describe_target
-
-    from .spec import WorkloadSpec
+    from .report import group_records
     paths = [str(p) for p in log_paths]
-    want_key = WorkloadSpec.parse(workload, list(params)).key if workload else None
-    groups = defaultdict(list)
-    for path in paths:
-        for rec in TuningLog(path, mode="r").records():
-            if want_key is None or rec.workload_key == want_key:
-                groups[(rec.workload_key, describe_target(rec.target))].append(rec)
+    groups = group_records(paths, workload, params)
     order = sorted(groups, key=lambda k: (groups[k][0].workload_label, k[1], k[0]))
     return {"logs": paths, "workload": workload, "params": list(params),
             "sections": [_group_section(k[0], groups[k], top, peaks, accuracy) for k in order]}

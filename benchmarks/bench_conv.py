@@ -1,0 +1,230 @@
+"""Convolutions of ResNet-18 and MobileNet-V2, tuned, against onnxruntime side by side.
+
+    python benchmarks/bench_conv.py [--net resnet18,mobilenetv2] [--only LAYER,...] [--threads 1,2]
+                                    [--trials 64] [--heuristic] [--seed 0] [--json PATH]
+
+Every distinct convolution of the two networks (batch 1, fp32, NCHW) is tuned from an empty log
+with ``--trials`` trials through the tuner's Python API (``--heuristic``: no search, the generated
+space's first trial), then timed against onnxruntime in this process: a one-node ONNX model with
+the same convolution (constant weights, as in a model), ``intra_op_num_threads`` = threads,
+``session.intra_op.allow_spinning=0``, ``ORT_ENABLE_ALL``; alternating rounds with a pause at every
+switch, medians.  Prints per layer GFLOP/s of both, the ratio (ours / onnxruntime: above 1 is faster),
+the fraction of this machine's FMA peak (``tuner.machine_peak``), and the geometric mean per network.
+
+onnxruntime is a benchmark dependency only (the ``dev`` extra); the library never imports it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from logs import TuningLog
+from schedules import Schedule
+from schedules.space import FixedDecisions, GeneratedSpace
+from tensorir.runtime import build
+from tuner.compare import side_by_side
+from tuner.machine_peak import machine_peak
+from tuner.search import TuneConfig, Tuner
+from tuner.spec import WorkloadSpec
+from tuner.target import host_target
+
+
+def _conv(C, H, K, R, stride, pad):
+    return ("conv2d", dict(N=1, C=C, H=H, W=H, K=K, R=R, S=R, stride=stride, pad=pad))
+
+
+def _dw(C, H, stride):
+    return ("depthwise_conv2d", dict(N=1, C=C, H=H, W=H, R=3, S=3, stride=stride, pad=1))
+
+
+# name -> (workload, parameters); the input size is the layer's, not the network's
+LAYERS = {
+    "resnet18": {
+        "stem7x7s2": _conv(3, 224, 64, 7, 2, 3),
+        "c3x3_64@56": _conv(64, 56, 64, 3, 1, 1),
+        "c3x3_128@28": _conv(128, 28, 128, 3, 1, 1),
+        "c3x3_256@14": _conv(256, 14, 256, 3, 1, 1),
+        "c3x3_512@7": _conv(512, 7, 512, 3, 1, 1),
+        "c3x3s2_64-128@56": _conv(64, 56, 128, 3, 2, 1),
+        "c3x3s2_128-256@28": _conv(128, 28, 256, 3, 2, 1),
+        "c3x3s2_256-512@14": _conv(256, 14, 512, 3, 2, 1),
+        "c1x1s2_64-128@56": _conv(64, 56, 128, 1, 2, 0),
+        "c1x1s2_128-256@28": _conv(128, 28, 256, 1, 2, 0),
+        "c1x1s2_256-512@14": _conv(256, 14, 512, 1, 2, 0),
+    },
+    "mobilenetv2": {
+        "stem3x3s2": _conv(3, 224, 32, 3, 2, 1),
+        "dw32@112": _dw(32, 112, 1),
+        "dw96s2@112": _dw(96, 112, 2),
+        "dw144@56": _dw(144, 56, 1),
+        "dw144s2@56": _dw(144, 56, 2),
+        "dw192@28": _dw(192, 28, 1),
+        "dw192s2@28": _dw(192, 28, 2),
+        "dw384@14": _dw(384, 14, 1),
+        "dw576@14": _dw(576, 14, 1),
+        "dw576s2@14": _dw(576, 14, 2),
+        "dw960@7": _dw(960, 7, 1),
+        "pw32-16@112": _conv(32, 112, 16, 1, 1, 0),
+        "pw16-96@112": _conv(16, 112, 96, 1, 1, 0),
+        "pw96-24@56": _conv(96, 56, 24, 1, 1, 0),
+        "pw24-144@56": _conv(24, 56, 144, 1, 1, 0),
+        "pw144-24@56": _conv(144, 56, 24, 1, 1, 0),
+        "pw144-32@28": _conv(144, 28, 32, 1, 1, 0),
+        "pw32-192@28": _conv(32, 28, 192, 1, 1, 0),
+        "pw192-32@28": _conv(192, 28, 32, 1, 1, 0),
+        "pw192-64@14": _conv(192, 14, 64, 1, 1, 0),
+        "pw64-384@14": _conv(64, 14, 384, 1, 1, 0),
+        "pw384-64@14": _conv(384, 14, 64, 1, 1, 0),
+        "pw384-96@14": _conv(384, 14, 96, 1, 1, 0),
+        "pw96-576@14": _conv(96, 14, 576, 1, 1, 0),
+        "pw576-96@14": _conv(576, 14, 96, 1, 1, 0),
+        "pw576-160@7": _conv(576, 7, 160, 1, 1, 0),
+        "pw160-960@7": _conv(160, 7, 960, 1, 1, 0),
+        "pw960-160@7": _conv(960, 7, 160, 1, 1, 0),
+        "pw960-320@7": _conv(960, 7, 320, 1, 1, 0),
+        "pw320-1280@7": _conv(320, 7, 1280, 1, 1, 0),
+    },
+}
+
+
+def onnx_session(workload: str, p: dict, weights: np.ndarray, threads: int):
+    """An onnxruntime session of one Conv node with constant weights (the layer as a model holds it)."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+    depthwise = workload == "depthwise_conv2d"
+    C = p["C"]
+    K = C if depthwise else p["K"]
+    P = (p["H"] + 2 * p["pad"] - p["R"]) // p["stride"] + 1
+    Q = (p["W"] + 2 * p["pad"] - p["S"]) // p["stride"] + 1
+    node = helper.make_node("Conv", ["X", "Wt"], ["Y"], kernel_shape=[p["R"], p["S"]],
+                            strides=[p["stride"]] * 2, pads=[p["pad"]] * 4, group=C if depthwise else 1)
+    graph = helper.make_graph(
+        [node], "conv",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, C, p["H"], p["W"]])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, K, P, Q])],
+        initializer=[numpy_helper.from_array(weights, "Wt")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def best_trace(spec: WorkloadSpec, threads: int, trials: int, seed: int, heuristic: bool):
+    """(trace, tuning seconds): the heuristic start, or the best of a fresh ``trials``-trial run."""
+    t0 = time.perf_counter()
+    if heuristic:
+        space = GeneratedSpace(spec.tensors())
+        s = space.apply(FixedDecisions(space.default_decisions()))
+        return s.to_json(), time.perf_counter() - t0
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = TuneConfig(trials=trials, seed=seed, threads=threads)
+        cfg.measure.threads = threads
+        res = Tuner(spec, cfg, log=TuningLog(f"{tmp}/log.jsonl"), storage=f"sqlite:///{tmp}/log.jsonl.optuna.db",
+                    model_path=f"{tmp}/log.jsonl.costmodel").run()
+    return res.best.trace, time.perf_counter() - t0
+
+
+def compare_with_onnxruntime(spec: WorkloadSpec, trace: dict, threads: int, rounds: int = 5) -> tuple:
+    """(ours, onnxruntime) seconds per call, timed side by side; our output checked against onnxruntime's."""
+    inputs = spec.inputs(0)
+    outs = spec.empty_outputs()
+    kernel = build(Schedule.from_json(spec.tensors(), trace).lower())
+    kernel.threads = threads
+    kernel(*inputs, *outs)
+    sess = onnx_session(spec.name, spec.params, inputs[1], threads)
+    feed = {"X": inputs[0]}
+    ref = sess.run(None, feed)[0]
+    if not np.allclose(outs[0], ref, rtol=1e-3, atol=1e-3 * math.sqrt(spec.reduction_length)):
+        raise SystemExit(f"bench_conv: {spec.label}: our output differs from onnxruntime's "
+                         f"(max |diff| {float(np.max(np.abs(outs[0] - ref))):g})")
+    run_ours = kernel.bind(*inputs, *outs)
+    timing = side_by_side({"ours": run_ours, "onnxruntime": lambda: sess.run(None, feed)},
+                          rounds=rounds, min_repeat_ms=50, repeats_per_round=3)
+    return timing["ours"]["median"], timing["onnxruntime"]["median"]
+
+
+def run_layer(net: str, name: str, threads: int, args, peak) -> dict:
+    workload, params = LAYERS[net][name]
+    spec = WorkloadSpec(workload, params)
+    trace, tune_s = best_trace(spec, threads, args.trials, args.seed, args.heuristic)
+    ours, theirs = compare_with_onnxruntime(spec, trace, threads, args.rounds)
+    gflops = spec.flops / ours / 1e9
+    return dict(net=net, layer=name, workload=spec.label, threads=threads, trials=0 if args.heuristic else args.trials,
+                gflops=gflops, ort_gflops=spec.flops / theirs / 1e9, ratio=theirs / ours,
+                peak_fraction=gflops / peak.peak_gflops if peak else None,
+                ort_peak_fraction=spec.flops / theirs / 1e9 / peak.peak_gflops if peak else None,
+                tune_s=tune_s)
+
+
+def geomean(values) -> float:
+    values = list(values)
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--net", default="resnet18,mobilenetv2", help="resnet18, mobilenetv2 or both (comma-separated)")
+    ap.add_argument("--only", default="", help="comma-separated layer names (see LAYERS); default: all")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--trials", type=int, default=64)
+    ap.add_argument("--heuristic", action="store_true", help="no search: time the space's first trial")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--rounds", type=int, default=5, help="alternating timing rounds")
+    ap.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
+    args = ap.parse_args(argv)
+    nets = [n for n in args.net.split(",") if n]
+    unknown = [n for n in nets if n not in LAYERS]
+    if unknown:
+        ap.error(f"unknown network {unknown[0]!r}; choose from {', '.join(LAYERS)}")
+    only = [x for x in args.only.split(",") if x]
+    known = {name for n in nets for name in LAYERS[n]}
+    if set(only) - known:
+        ap.error(f"unknown layer {sorted(set(only) - known)[0]!r}; layers: {', '.join(sorted(known))}")
+    threads_list = [int(t) for t in args.threads.split(",")]
+    cpu = host_target()["cpu"]
+    print(f"host {cpu}; {'heuristic start' if args.heuristic else f'{args.trials} trials'}; threads {threads_list}",
+          flush=True)
+    rows = []
+    for threads in threads_list:
+        peak = machine_peak(cpu, threads)
+        for net in nets:
+            for name in LAYERS[net]:
+                if only and name not in only:
+                    continue
+                r = run_layer(net, name, threads, args, peak)
+                rows.append(r)
+                print(f"{net:<12} {name:<20} t={threads}: ours {r['gflops']:7.1f} GFLOP/s, onnxruntime "
+                      f"{r['ort_gflops']:7.1f}, ratio {r['ratio']:.2f}x, peak {100 * (r['peak_fraction'] or 0):.0f}% "
+                      f"(ort {100 * (r['ort_peak_fraction'] or 0):.0f}%), tuning {r['tune_s']:.0f} s", flush=True)
+    print("\n| network | layer | threads | ours GFLOP/s | onnxruntime GFLOP/s | ours/ort | ours % peak | ort % peak |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['net']} | {r['layer']} | {r['threads']} | {r['gflops']:.1f} | {r['ort_gflops']:.1f} | "
+              f"{r['ratio']:.2f}x | {100 * (r['peak_fraction'] or 0):.0f}% | {100 * (r['ort_peak_fraction'] or 0):.0f}% |")
+    print("\n| network | threads | layers | geomean ours/ort | min | max |")
+    print("|---|---|---|---|---|---|")
+    for net in nets:
+        for threads in threads_list:
+            sel = [r["ratio"] for r in rows if r["net"] == net and r["threads"] == threads]
+            if sel:
+                print(f"| {net} | {threads} | {len(sel)} | {geomean(sel):.2f}x | {min(sel):.2f}x | {max(sel):.2f}x |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"host": cpu, "trials": args.trials, "heuristic": args.heuristic, "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -22,6 +22,8 @@ R3' an anchor that streams an operand along its innermost reduce axis (matrix-ve
     row norms) may instead be ``rfactor``-ed: the partial results along that axis are the vector
     axis of a new anchor, tiled as in R3; the output sums them.
 R4  every other root stage: vectorize the last axis, fuse and parallelize the rest.
+R0  (before R1) a convolution anchor is tiled on blocked layouts by its own rule instead of R3
+    (``schedules/conv_space.py``); its padding stage is left for that rule.
 """
 from __future__ import annotations
 
@@ -32,8 +34,10 @@ from dataclasses import dataclass
 from schedules.lowering.checks import MAX_VECTOR_LANES
 from tensorir.te import AxisKind
 
+from .conv_space import find_convs, tile_conv
 from .decisions import DecisionSource, FixedDecisions, MutatedDecisions, OptunaDecisions, RandomDecisions  # noqa: F401
 from .schedule import Schedule
+from .tiling import fuse_parallel as _fuse_parallel, split_all as _split_all
 
 MAX_UNROLLED_BODY = 64   # vector FMAs (tile rows x vectors per row x inner reduce iterations) unrolled
 
@@ -103,9 +107,11 @@ class GeneratedSpace:
         """Build the schedule for the decisions ``src`` gives (may raise ScheduleError)."""
         s = self.base
         g = s._state
+        convs = find_convs(g)   # R0: convolutions get their own tiling (schedules/conv_space.py)
+        pads = {c.pad_stage for c in convs.values()}
         # R1: inline elementwise intermediates
         for st in list(g.stages):
-            if not st.is_output and not st.is_reduction:
+            if not st.is_output and not st.is_reduction and st.name not in pads:
                 if src.choose(f"{st.name}.inline", [True, False]):
                     s = s.compute_inline(st.name)
         # classify what is left
@@ -130,6 +136,10 @@ class GeneratedSpace:
         done = set()
         # R3: multi-level tiling of anchors
         for a in anchors:
+            if a.name in convs and (epilogue_of.get(a.name) or a.is_output):
+                s, made = tile_conv(self, s, src, convs[a.name], epilogue_of.get(a.name))
+                done |= made
+                continue
             f = self._rfactor(src, a, epilogue_of.get(a.name))
             if f:
                 s = s.rfactor(a.name, f)
@@ -449,42 +459,6 @@ class _Heuristic(DecisionSource):
 
 
 # -------------------------------------------------------------------- helpers
-
-def _split_all(s: Schedule, loops: list, factors: list):
-    outer, inner = [], []
-    for lp, f in zip(loops, factors):
-        s = s.split(lp, factor=max(1, f))
-        o, i = s.trace[-1].outputs
-        outer.append(o)
-        inner.append(i)
-    return s, outer, inner
-
-
-def _fuse_parallel(s: Schedule, loops: list, src, name: str) -> Schedule:
-    """Fuse the outermost tile loops (one per spatial axis) and parallelize them.
-
-    Which axis goes first is a decision (``{name}.outer``, the position of that
-    axis), offered among the loops of more than one iteration (moving a loop of
-    one iteration would repeat a schedule already in the space): it decides which
-    operand's block a thread keeps in cache across consecutive tasks (matmul:
-    ``j`` first keeps one panel block of B in L2 while the tasks walk down the
-    rows of A).
-    """
-    movable = [i for i, lp in enumerate(loops) if s.extent(lp) > 1]
-    if len(movable) > 1:
-        first = src.choose(f"{name}.outer", movable)
-        if first != 0:
-            order = [loops[first]] + [lp for i, lp in enumerate(loops) if i != first]
-            s = s.reorder(*order)
-            loops = order
-    fused = loops[0]
-    for lp in loops[1:]:
-        s = s.fuse(fused, lp)
-        fused = s.trace[-1].outputs[0]
-    if src.choose(f"{name}.parallel", [True, False]):
-        s = s.parallel(fused)
-    return s
-
 
 def _register_tile(s: Schedule, name: str, unroll_k: bool) -> Schedule:
     """Vectorize the innermost loop, unroll the other register-tile loops (and the inner k)."""

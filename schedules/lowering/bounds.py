@@ -19,7 +19,7 @@ from schedules.state import AttachKind, Split, Stage, StageGraph
 from tensorir.te import AxisKind, Reduce, free_vars
 from tensorir.te.expr import Binary, BinOp, Const, Expr, Var, const
 from tensorir.tir.analysis import Affine, affine, int_range
-from tensorir.tir.ir import Buffer, Scope
+from tensorir.tir.ir import Buffer, ForKind, Scope
 from tensorir.tir.rewrite import substitute
 from tensorir.tir.transform.simplify import simplify
 
@@ -34,6 +34,11 @@ class StageLayout:
     buffer: Buffer
     local: bool                 # buffer indexed relative to the region start
     conds: tuple                # (Expr, is_spatial) guards on leaf vars (and outer vars)
+    order: tuple = ()           # a LOCAL buffer's dims in storage order (the tensor's dims permuted)
+
+    def store_index(self, idx: tuple) -> tuple:
+        """An index of the tensor's dims (region-relative) as an index of ``buffer``."""
+        return tuple(idx[d] for d in self.order) if self.order else tuple(idx)
 
 
 @dataclass(frozen=True, eq=False)
@@ -85,6 +90,32 @@ def global_values(s: Stage, lay: StageLayout) -> dict:
         if not (isinstance(m, Const) and m.value == 0):
             out[r] = Binary(BinOp.ADD, m, lay.rel[r])
     return out
+
+
+def storage_order(s: Stage) -> tuple:
+    """Dims of a LOCAL buffer in storage order: the dim of ``s``'s vectorized innermost loop last.
+
+    A stage computed per tile and vectorized along a dim that is not its tensor's last (a
+    convolution's output channels in NCHW) would otherwise read and write its accumulators with
+    gathers and scatters, once per pass over the tile; stored with that dim innermost they are
+    plain vector loads and stores.  ``()``: the tensor's own order.
+    """
+    if not s.leaf or s.annotation(s.leaf[-1]) is not ForKind.VECTORIZED:
+        return ()
+    name = s.leaf[-1]
+    parents = {}
+    for rel in s.relations:
+        if isinstance(rel, Split):
+            parents[rel.outer] = parents[rel.inner] = rel.parent
+        else:
+            return ()   # a fused loop runs over several dims
+    while name in parents:
+        name = parents[name]
+    spatial = s.spatial_root
+    if name not in spatial or spatial.index(name) == len(spatial) - 1:
+        return ()
+    d = spatial.index(name)
+    return tuple(i for i in range(len(spatial)) if i != d) + (d,)
 
 
 def nonnegative(e: Expr) -> bool:
@@ -185,15 +216,17 @@ class _Inference:
                 g = Binary(BinOp.ADD, region[d][0], rel_vals[r])
                 conds.append((Binary(BinOp.LT, g, const(s.shape[d])), True))
                 conds.append((Binary(BinOp.GE, g, const(0)), True))
+        order = ()
         if pid in self.params:
             buf, local = self.params[pid], False
         elif s.attach.kind is AttachKind.AT:
-            buf = Buffer(s.name, tuple(e for _, e in region), s.dtype, Scope.LOCAL)
+            order = storage_order(s)
+            buf = Buffer(s.name, tuple(region[d][1] for d in (order or range(len(region)))), s.dtype, Scope.LOCAL)
             local = True
         else:
             buf, local = Buffer(s.name, s.shape, s.dtype, Scope.GLOBAL), False
         lay = StageLayout(MappingProxyType(extents), MappingProxyType(lvars), MappingProxyType(rel_vals),
-                          tuple(region), buf, local, tuple(conds))
+                          tuple(region), buf, local, tuple(conds), tuple(order))
         self.busy.discard(s.name)
         self.layouts[s.name] = lay
         return lay

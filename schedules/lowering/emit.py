@@ -68,7 +68,7 @@ class _Emitter:
         gv = self.bounds.global_values(s)
         sub = {s.root_vars[r]: gv[r] for r in s.root}
         spatial = s.spatial_root
-        out_idx = tuple(lay.rel[r] if lay.local else gv[r] for r in spatial)
+        out_idx = lay.store_index(tuple(lay.rel[r] if lay.local else gv[r] for r in spatial))
         if not s.is_reduction:
             value = self.translate(substitute(s.body, sub))
             return self.nest(s, lay, s.leaf, lay.conds, lambda: Store(lay.buffer, out_idx, value), True)
@@ -139,7 +139,7 @@ class _Emitter:
                 if stage is not None:
                     lay = self.bounds.layout(stage)
                     if lay.local:
-                        idx = tuple(Binary(BinOp.SUB, i, m) for i, (m, _) in zip(idx, lay.region))
+                        idx = lay.store_index(tuple(Binary(BinOp.SUB, i, m) for i, (m, _) in zip(idx, lay.region)))
                     buf = lay.buffer
                 else:
                     buf = self.bounds.params.get(id(n.tensor))

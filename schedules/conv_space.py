@@ -1,0 +1,263 @@
+"""The convolution rule of the generated space: blocked layouts and a register tile of output
+channels x output width (TVM's NCHW[x]c schedule, oneDNN's nChw16c), from an NCHW tensor expression.
+
+A convolution anchor is a sum of ``D[n, c, p*st + r*dil, q*st + s*dil] * W[k, c, r, s]`` (``D`` the
+data or its zero-padding stage, ``W`` the weights) or, depthwise, of ``D[n, c, p.., q..] * W[c, 0, r, s]``.
+:func:`find_convs` recognizes them from their index expressions (no operator names), and
+:func:`tile_conv` schedules one, every tunable value a decision:
+
+- the data is packed to NCHW[cb]c, ``D_pack[n, c//cb, h, w, c%cb]``; a padding stage is packed and
+  then inlined into its pack, so padding and relayout are one pass (no separate padded copy);
+- the weights to OIHW[cb]i[kb]o, ``W_pack[k//kb, c//cb, r, s, c%cb, k%kb]`` (depthwise: ``[c//kb, 0, r, s,
+  c%kb]``), so the ``kb`` output channels of one tap are one vector load;
+- the output is computed per tile into a local buffer (``cache_write``, or the anchor itself under an
+  elementwise epilogue: bias, ReLU, a residual add run on the tile while it is in cache): a register
+  tile of ``kb`` output channels (the vector lanes) x ``qt`` output columns x ``pt`` rows, each FMA a
+  weight vector times a broadcast input element, so strided windows read no element they do not use;
+- the reduction over input-channel blocks and the filter window is split around the tile loops in
+  an order the space decides (``order``): the channel blocks outside the local tile keep one block's
+  weights in L1 while the tile sweeps the row; all inside keeps the accumulators in registers for
+  the whole reduction;
+- a 1x1 convolution is the same nest without a window: a matrix product on the blocked layout.
+
+The heuristic start fills the vector registers (accumulators + weight vectors + one broadcast) with
+the tile that wastes least on the edges of this shape.  Why these defaults:
+docs/decisions/023-convolution-rule.md
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from schedules.lowering.checks import MAX_VECTOR_LANES
+from tensorir.te import AxisKind, Reduce, TensorRead
+from tensorir.te.expr import Binary, BinOp, Const, Var
+
+from .tiling import fuse_parallel, split_all
+
+MAX_UNROLLED_FMAS = 256   # vector FMAs of the register tile times the unrolled channel block
+
+ORDERS = ("c|rs", "crs|", "|crs", "rsc|")     # reduce loops above | below the local tile's tile loops
+DW_ORDERS = ("|rs", "rs|", "r|s")
+
+
+@dataclass(frozen=True)
+class ConvInfo:
+    """A recognized convolution anchor."""
+    anchor: str
+    data: str              # the tensor the anchor reads (placeholder, or the padding stage)
+    pad_stage: str | None  # the padding stage (packed, then inlined into its pack)
+    weights: str
+    depthwise: bool
+    C: int                 # input channels (depthwise: channels)
+    K: int                 # output channels
+    P: int
+    Q: int
+    R: int
+    S: int
+
+
+def _bare(e, var_set) -> Var | None:
+    return e if isinstance(e, Var) and e in var_set else None
+
+
+def _mentions(e, v) -> bool:
+    from tensorir.te import walk
+    return any(n == v for n in walk(e))
+
+
+def find_convs(g) -> dict:
+    """``{anchor name: ConvInfo}`` for every convolution-shaped reduction of stage graph ``g``."""
+    out = {}
+    for st in g.stages:
+        info = _match(g, st)
+        if info is not None:
+            out[st.name] = info
+    return out
+
+
+def _match(g, st) -> ConvInfo | None:
+    body = st.body
+    if not isinstance(body, Reduce) or body.reducer.value != "sum" or st.dtype not in ("float32", "float64"):
+        return None
+    spatial = st.spatial_root
+    if len(spatial) != 4:
+        return None
+    n, k, p, q = (st.root_vars[a] for a in spatial)
+    red = {st.root_vars[a] for a in st.root if st.loops[a].kind is AxisKind.REDUCE}
+    src = body.source
+    if not (isinstance(src, Binary) and src.op is BinOp.MUL and isinstance(src.a, TensorRead)
+            and isinstance(src.b, TensorRead)):
+        return None
+    for d, w in ((src.a, src.b), (src.b, src.a)):
+        if len(d.indices) != 4 or len(w.indices) != 4 or d.tensor is w.tensor:
+            continue
+        wi, di = w.indices, d.indices
+        r, s = _bare(wi[2], red), _bare(wi[3], red)
+        if r is None or s is None or r == s or wi[0] != k:
+            continue
+        c = _bare(wi[1], red)
+        depthwise = c is None and isinstance(wi[1], Const) and w.tensor.shape[1] == 1
+        if c is None and not depthwise:
+            continue
+        chan = k if depthwise else c
+        if di[0] != n or di[1] != chan or not (_mentions(di[2], p) and _mentions(di[2], r)) \
+                or not (_mentions(di[3], q) and _mentions(di[3], s)) or _mentions(di[2], q) or _mentions(di[3], p):
+            continue
+        if red != ({r, s} if depthwise else {c, r, s}):
+            continue
+        if not getattr(w.tensor, "is_placeholder", False):
+            continue
+        pad = None
+        if not getattr(d.tensor, "is_placeholder", False):
+            ps = g.stage_of(d.tensor)
+            if ps is None or ps.is_output or ps.is_reduction or len(ps.read_tensors()) != 1 \
+                    or not getattr(ps.read_tensors()[0], "is_placeholder", False) or len(g.consumers(ps)) != 1:
+                continue
+            pad = ps.name
+        K, P, Q = st.shape[1], st.shape[2], st.shape[3]
+        C = K if depthwise else d.tensor.shape[1]
+        return ConvInfo(st.name, g.name_of(d.tensor), pad, g.name_of(w.tensor), depthwise, C, K, P, Q,
+                        w.tensor.shape[2], w.tensor.shape[3])
+    return None
+
+
+# --------------------------------------------------------------------- choices
+
+def lane_choices(K: int, lanes: int) -> list:
+    """Output channels per register tile: 1-4 vectors (not past the channels by a whole vector),
+    narrower powers of two when there are fewer channels than lanes."""
+    opts = {m * lanes for m in (1, 2, 3, 4) if (m - 1) * lanes < K and m * lanes <= MAX_VECTOR_LANES}
+    if K < lanes:
+        opts = {p for p in (4, 8) if p < lanes and p < 2 * K} | {lanes}
+    return sorted(opts)
+
+
+def block_choices(C: int) -> list:
+    """Input channels per block: the powers of two from 4 to 64 below ``C``, and ``C`` itself up to 64."""
+    return sorted({b for b in (4, 8, 16, 32, 64) if b < C} | ({C} if C <= 64 else set()))
+
+
+def heuristic_tile(info: ConvInfo, lanes: int, registers: int) -> tuple:
+    """``(kb, qt, pt)``: the register tile that best fills ``registers`` vector registers.
+
+    Accumulators ``pt * qt * kb/lanes``, plus ``kb/lanes`` weight vectors and one broadcast (depthwise:
+    an input vector per column) must fit.  Among those, the tile with the most useful FMAs per
+    register: lanes past ``K`` and columns past ``Q`` (edge tiles) count as waste.
+    """
+    best, best_score = (lanes, 1, 1), -1.0
+    for kb in lane_choices(info.K, lanes):
+        m = -(-kb // lanes)
+        for pt in (1, 2, 3, 4):
+            if pt > info.P:
+                continue
+            for qt in range(1, min(info.Q, 32) + 1):
+                acc = pt * qt * m
+                if acc + m + 1 > registers:
+                    continue
+                use_k = info.K / (-(-info.K // kb) * kb)
+                use_q = info.Q / (-(-info.Q // qt) * qt)
+                use_p = info.P / (-(-info.P // pt) * pt)
+                # guarded edge tiles run element by element: a tile that divides the row is worth more
+                edge = 1.0 if info.Q % qt == 0 else 0.7
+                # ties: more weight vectors per broadcast (14 x 2 vectors loads 16 per 28 FMAs, 28 x 1 loads 29)
+                score = acc * use_k * use_q * use_p * edge * (kb / (m * lanes)) * (1 + 0.01 * min(m, 2))
+                if score > best_score + 1e-9:
+                    best, best_score = (kb, qt, pt), score
+    return best
+
+
+# ----------------------------------------------------------------------- rule
+
+def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
+    """Schedule convolution ``info`` (see the module docstring); returns ``(schedule, stages done)``."""
+    name = info.anchor
+    st = s._state.stage(name)
+    lanes = space.lanes(st.dtype)
+    kb0, qt0, pt0 = heuristic_tile(info, lanes, space.registers)
+    src.hint(f"{name}.kb", kb0)
+    kb = src.choose(f"{name}.kb", lane_choices(info.K, lanes))
+    m = -(-kb // lanes)
+    if info.depthwise:
+        cb = kb
+    else:
+        blocks = block_choices(info.C)
+        # a block that divides the channels needs no guard in the reduction; near 16 (one cache line)
+        src.hint(f"{name}.cb", min(blocks, key=lambda b: (info.C % b != 0, abs(b - 16), b)))
+        cb = src.choose(f"{name}.cb", blocks)
+    budget = max(1, (space.registers - m - 1) // m)
+    src.hint(f"{name}.pt", pt0)
+    pt = src.choose(f"{name}.pt", [c for c in space.small_choices(info.P, (1, 2, 3, 4)) if c <= budget] or [1])
+    src.hint(f"{name}.qt", qt0)
+    qt = src.choose(f"{name}.qt", [c for c in space.small_choices(info.Q, (1, 2, 3, 4, 5, 6, 7, 8, 12, 14, 16, 28))
+                                   if c * pt <= budget] or [1])
+    # the local tile: register tiles per output row (the row's reuse of one channel block's weights)
+    q_tiles = -(-info.Q // qt)
+    src.hint(f"{name}.q2", q_tiles if q_tiles * qt * pt * kb <= 8192 else 1)
+    q2 = src.choose(f"{name}.q2", space.level_choices(q_tiles))
+    src.hint(f"{name}.p2", 1)
+    p2 = src.choose(f"{name}.p2", space.level_choices(max(1, -(-info.P // pt)), 8))
+    src.hint(f"{name}.k2", 1)
+    k2 = src.choose(f"{name}.k2", space.level_choices(max(1, -(-info.K // kb)), 8))
+    orders = DW_ORDERS if info.depthwise else ORDERS
+    order = src.choose(f"{name}.order", list(orders))
+
+    # layouts: data NCHW[cb]c (padding inlined into the pack), weights OIHW[cb]i[kb]o
+    packs = []
+    s = s.pack(info.data, {1: cb}, order=["0", "1.o", "2", "3", "1.i"], consumers=[name])
+    packs.append(s.trace[-1].outputs[0])
+    if info.pad_stage is not None:
+        s = s.compute_inline(info.pad_stage)
+    if info.depthwise:
+        s = s.pack(info.weights, {0: kb}, order=["0.o", "1", "2", "3", "0.i"], consumers=[name])
+    else:
+        s = s.pack(info.weights, {0: kb, 1: cb}, order=["0.o", "1.o", "2", "3", "1.i", "0.i"], consumers=[name])
+    packs.append(s.trace[-1].outputs[0])
+    for p in packs:
+        s = space._elementwise(s, src, p, keep_outer=False)
+
+    outer = epilogue
+    local = name
+    if outer is None:
+        s = s.cache_write(name)
+        outer, local = name, f"{name}_local"
+    # the output stage: tasks of (k, p, q) local tiles, the local computed per task, copied out by rows
+    o_axes = s.axes(outer)
+    tiles = [1, k2 * kb, p2 * pt, q2 * qt]
+    s, l0, l1 = split_all(s, o_axes, tiles)
+    s = s.reorder(*l0, *l1)
+    s = s.compute_at(local, l0[-1])
+    s = fuse_parallel(s, l0, src, outer)
+    if 1 < s.extent(l1[-1]) <= MAX_VECTOR_LANES:
+        s = s.vectorize(l1[-1])
+
+    # the local tile: reduce loops around the register tile in the decided order
+    n_l, k_l, p_l, q_l = (f"{local}.{a}" for a in s._state.stage(local).spatial_root)
+    reduce = [f"{local}.{a}" for a in s._state.stage(local).root
+              if s._state.stage(local).loops[a].kind is AxisKind.REDUCE]
+    s, (k0, p0, q0), (k1, p1, q1) = split_all(s, [k_l, p_l, q_l], [kb, pt, qt])
+    if info.depthwise:
+        r, s_ = reduce
+        above, below = {"|rs": ([], [r, s_]), "rs|": ([r, s_], []), "r|s": ([r], [s_])}[order]
+        c1 = None
+    else:
+        c, r, s_ = reduce
+        s = s.split(c, factor=cb)
+        c0, c1 = s.trace[-1].outputs
+        above, below = {"c|rs": ([c0], [r, s_, c1]), "crs|": ([c0, r, s_], [c1]),
+                        "|crs": ([], [c0, r, s_, c1]), "rsc|": ([r, s_, c0], [c1])}[order]
+    s = s.reorder(n_l, *above, k0, p0, q0, *below, p1, q1, k1)
+    s = s.vectorize(k1)
+    for lp in (p1, q1):
+        if s.extent(lp) > 1:
+            s = s.unroll(lp)
+    inner = [lp for lp in below if lp is not None]
+    fmas = pt * qt * m
+    if inner:
+        last = inner[-1]
+        if fmas * s.extent(last) <= MAX_UNROLLED_FMAS and s.extent(last) > 1 \
+                and src.choose(f"{name}.unroll_inner", [True, False]):
+            s = s.unroll(last)
+    done = {name, outer, local, *packs}
+    if info.pad_stage is not None:
+        done.add(info.pad_stage)
+    return s, done

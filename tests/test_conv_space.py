@@ -1,0 +1,123 @@
+"""The convolution rule of the generated space (schedules/conv_space.py): which reductions it
+recognizes, and that its heuristic start and random decisions compute what numpy computes on
+shapes that fit no block (odd channels and widths, strides, padding, 1x1, 7x7 stem, depthwise)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from schedules import Schedule
+from schedules.conv_space import find_convs, heuristic_tile, lane_choices
+from schedules.space import FixedDecisions, GeneratedSpace, RandomDecisions, SpaceOptions
+from tensorir import te
+from tensorir.ops import library as ops
+from tensorir.ops.registry import get_workload
+
+AVX2 = SpaceOptions(vector_bits=256, cores=2)
+AVX512 = SpaceOptions(vector_bits=512, cores=2)
+
+
+def _run(space_or_sched, workload, params, decisions=None):
+    if isinstance(space_or_sched, Schedule):
+        s = space_or_sched
+    else:
+        s = space_or_sched.apply(decisions)
+    w = get_workload(workload)
+    ins = w.inputs(seed=1, **params)
+    outs = [np.full(t.shape, np.nan, t.dtype) for t in s.tensors if not t.is_placeholder]
+    s.build()(*ins, *outs)
+    want = w.reference(ins, **params)
+    for got, ref in zip(outs, want):
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+    return s
+
+
+# ------------------------------------------------------------------ recognition
+
+def test_convolutions_are_recognized_with_their_padding_stage():
+    g = Schedule(ops.conv2d(1, 5, 9, 9, 7, 3, 3, stride=2, pad=1)).stage_graph()
+    (info,) = find_convs(g).values()
+    assert (info.anchor, info.pad_stage, info.weights, info.depthwise) == ("Y", "Xpad", "Wt", False)
+    assert (info.C, info.K, info.P, info.Q, info.R, info.S) == (5, 7, 5, 5, 3, 3)
+    g = Schedule(ops.depthwise_conv2d(1, 6, 8, 8, 3, 3, stride=1, pad=0)).stage_graph()
+    (info,) = find_convs(g).values()
+    assert info.depthwise and info.pad_stage is None and info.data == "X"
+
+
+@pytest.mark.parametrize("make", [
+    lambda: ops.matmul(16, 16, 16),
+    lambda: ops.max_pool2d(1, 4, 8, 8, 3, 3, 2, 1),
+    lambda: ops.avg_pool2d(1, 4, 8, 8, 2, 2, 2, 0),
+    lambda: ops.batch_matmul(2, 8, 8, 8),
+])
+def test_other_reductions_are_not_convolutions(make):
+    assert find_convs(Schedule(make()).stage_graph()) == {}
+
+
+def test_the_space_packs_data_and_weights_into_blocked_layouts():
+    space = GeneratedSpace(ops.conv2d(1, 32, 14, 14, 64, 3, 3, pad=1), AVX512)
+    s = space.apply(FixedDecisions(space.default_decisions()))
+    g = s.stage_graph()
+    pack_x, pack_w = g.stage("Xpad_pack"), g.stage("Wt_pack")
+    cb, kb = space.default_decisions()["Y.cb"], space.default_decisions()["Y.kb"]
+    assert pack_x.shape == (1, 32 // cb, 16, 16, cb)            # padding and blocking in one pass
+    assert pack_w.shape == (64 // kb, 32 // cb, 3, 3, cb, kb)
+    assert g.stage("Xpad").attach.kind.value == "inline"
+
+
+# ---------------------------------------------------------------- heuristic
+
+def test_the_heuristic_tile_fills_the_registers_and_fits_the_row():
+    space = GeneratedSpace(ops.conv2d(1, 64, 56, 56, 64, 3, 3, pad=1), AVX512)
+    (info,) = find_convs(space.base.stage_graph()).values()
+    kb, qt, pt = heuristic_tile(info, 16, 32)
+    assert (kb, qt, pt) == (32, 14, 1)      # 28 accumulators + 2 weight vectors + 1 broadcast
+    kb, qt, pt = heuristic_tile(info, 8, 16)
+    assert kb // 8 * qt * pt + kb // 8 + 1 <= 16 and 56 % qt == 0
+    assert lane_choices(3, 16) == [4, 16] and lane_choices(64, 16) == [16, 32, 48, 64]
+
+
+SHAPES = [   # (workload, params): none of them fits a block
+    ("conv2d", dict(N=1, C=5, H=9, W=11, K=19, R=3, S=3, stride=1, pad=1, dilation=1)),
+    ("conv2d", dict(N=2, C=6, H=10, W=9, K=10, R=3, S=3, stride=2, pad=1, dilation=1)),
+    ("conv2d", dict(N=1, C=20, H=7, W=7, K=24, R=1, S=1, stride=1, pad=0, dilation=1)),
+    ("conv2d", dict(N=1, C=9, H=8, W=8, K=17, R=1, S=1, stride=2, pad=0, dilation=1)),
+    ("conv2d", dict(N=1, C=3, H=20, W=19, K=16, R=7, S=7, stride=2, pad=3, dilation=1)),
+    ("conv2d", dict(N=1, C=4, H=9, W=9, K=8, R=3, S=3, stride=1, pad=2, dilation=2)),
+    ("depthwise_conv2d", dict(N=1, C=19, H=9, W=10, R=3, S=3, stride=1, pad=1)),
+    ("depthwise_conv2d", dict(N=1, C=24, H=11, W=11, R=3, S=3, stride=2, pad=1)),
+]
+
+
+@pytest.mark.parametrize("workload,params", SHAPES, ids=[f"{w}-{i}" for i, (w, _) in enumerate(SHAPES)])
+def test_the_heuristic_start_computes_what_numpy_computes(workload, params):
+    space = GeneratedSpace(get_workload(workload).make(**params), AVX512)
+    _run(space, workload, params, FixedDecisions(space.default_decisions()))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_decisions_compute_what_numpy_computes(seed):
+    workload, params = SHAPES[seed * 2 + 1]
+    space = GeneratedSpace(get_workload(workload).make(**params), AVX2 if seed % 2 else AVX512)
+    src = RandomDecisions(seed)
+    s = space.apply(src)
+    assert any(k.endswith(".order") for k in src.decisions)     # the conv rule made the schedule
+    _run(s, workload, params)
+
+
+# ------------------------------------------------------- local storage order
+
+def test_a_local_tile_vectorized_along_a_middle_dim_stores_that_dim_innermost():
+    """The accumulators of a tile vectorized along output channels (NCHW's dim 1) are stored
+    channel-innermost, so they load and store as vectors (no gather/scatter)."""
+    X = te.placeholder((6, 5), "float32", "X")
+    Y = te.compute((6, 5), lambda i, j: X[i, j] * 2.0, "Y")
+    Z = te.compute((6, 5), lambda i, j: Y[i, j] + 1.0, "Z")
+    s = Schedule([X, Z]).split("Z.i", factor=6)
+    s = s.compute_at("Y", "Z.i.0").reorder("Y.j", "Y.i").vectorize("Y.i")
+    text = str(s.lower())
+    assert "Y = alloc_local([5, 6], float32)" in text
+    x = np.random.default_rng(0).standard_normal((6, 5)).astype(np.float32)
+    z = np.zeros((6, 5), np.float32)
+    s.build()(x, z)
+    np.testing.assert_allclose(z, x * 2 + 1, rtol=1e-6)

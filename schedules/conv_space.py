@@ -212,7 +212,16 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
     else:
         s = s.pack(info.weights, {0: kb, 1: cb}, order=["0.o", "1.o", "2", "3", "1.i", "0.i"], consumers=[name])
     packs.append(s.trace[-1].outputs[0])
-    for p in packs:
+    # the weights: packed at root, or each parallel task packs the block of output channels it
+    # computes (where the weights outweigh the data, e.g. 512 channels at 7x7: 9 MiB of weights per
+    # call, packed while hot in the task's cache instead of streamed through memory twice)
+    k_tasks = -(-info.K // (k2 * kb))
+    w_bytes = info.K * (1 if info.depthwise else info.C) * info.R * info.S
+    in_task = False
+    if k_tasks >= space.options.cores:
+        src.hint(f"{name}.pack_in_task", w_bytes > info.C * (info.P * info.Q))
+        in_task = src.choose(f"{name}.pack_in_task", [False, True])
+    for p in packs[:1] if in_task else packs:
         s = space._elementwise(s, src, p, keep_outer=False)
 
     outer = epilogue
@@ -226,7 +235,14 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
     s, l0, l1 = split_all(s, o_axes, tiles)
     s = s.reorder(*l0, *l1)
     s = s.compute_at(local, l0[-1])
-    s = fuse_parallel(s, l0, src, outer)
+    if in_task:
+        s = s.reorder(l0[1], l0[0], *l0[2:])    # the output-channel blocks are the parallel tasks
+        if src.choose(f"{outer}.parallel", [True, False]):
+            s = s.parallel(l0[1])
+        s = s.compute_at(packs[1], l0[1])
+        s = space._elementwise(s, src, packs[1], keep_outer=True, parallel=False)
+    else:
+        s = fuse_parallel(s, l0, src, outer)
     if 1 < s.extent(l1[-1]) <= MAX_VECTOR_LANES:
         s = s.vectorize(l1[-1])
 

@@ -107,7 +107,8 @@ class GeneratedSpace:
         """Build the schedule for the decisions ``src`` gives (may raise ScheduleError)."""
         s = self.base
         g = s._state
-        convs = find_convs(g)   # R0: convolutions get their own tiling (schedules/conv_space.py)
+        # R0: convolutions on blocked layouts (schedules/conv_space.py), or R3's tiling of the nest as it is
+        convs = {n: c for n, c in find_convs(g).items() if src.choose(f"{n}.blocked", [True, False])}
         pads = {c.pad_stage for c in convs.values()}
         # R1: inline elementwise intermediates
         for st in list(g.stages):

@@ -95,13 +95,31 @@ def test_the_heuristic_start_computes_what_numpy_computes(workload, params):
     _run(space, workload, params, FixedDecisions(space.default_decisions()))
 
 
+class _Blocked(RandomDecisions):
+    """Random decisions, the blocked-layout rule on."""
+
+    def _pick(self, name, choices):
+        return True if name.endswith(".blocked") else super()._pick(name, choices)
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_random_decisions_compute_what_numpy_computes(seed):
     workload, params = SHAPES[seed * 2 + 1]
     space = GeneratedSpace(get_workload(workload).make(**params), AVX2 if seed % 2 else AVX512)
-    src = RandomDecisions(seed)
+    src = _Blocked(seed)
     s = space.apply(src)
     assert any(k.endswith(".order") for k in src.decisions)     # the conv rule made the schedule
+    _run(s, workload, params)
+
+
+def test_the_nchw_nest_stays_in_the_space():
+    workload, params = SHAPES[0]
+    space = GeneratedSpace(get_workload(workload).make(**params), AVX512)
+    d = space.default_decisions()
+    assert d["Y.blocked"] is True
+    src = FixedDecisions({**d, "Y.blocked": False})
+    s = space.apply(src)
+    assert not any(k.endswith(".order") for k in src.decisions) and "Xpad.inline" in src.decisions
     _run(s, workload, params)
 
 

@@ -1,7 +1,7 @@
 """Convolutions of ResNet-18 and MobileNet-V2, tuned, against onnxruntime side by side.
 
     python benchmarks/bench_conv.py [--net resnet18,mobilenetv2] [--only LAYER,...] [--threads 1,2]
-                                    [--trials 64] [--heuristic] [--seed 0] [--json PATH]
+                                    [--trials 64] [--heuristic] [--form nchw|nchwc] [--seed 0] [--json PATH]
 
 Every distinct convolution of the two networks (batch 1, fp32, NCHW) is tuned from an empty log
 with ``--trials`` trials through the tuner's Python API (``--heuristic``: no search, the generated
@@ -27,6 +27,7 @@ import numpy as np
 from logs import TuningLog
 from schedules import Schedule
 from schedules.space import FixedDecisions, GeneratedSpace
+from tensorir.ops.library import unpack_nchwc
 from tensorir.runtime import build
 from tuner.compare import side_by_side
 from tuner.machine_peak import machine_peak
@@ -136,19 +137,37 @@ def best_trace(spec: WorkloadSpec, threads: int, trials: int, seed: int, heurist
     return res.best.trace, time.perf_counter() - t0
 
 
+def blocked_spec(workload: str, params: dict) -> WorkloadSpec:
+    """The layer as ``conv2d_nchwc`` (blocks of 16 channels, else 8, else all of them)."""
+    def block(n):
+        return next((b for b in (16, 8) if n % b == 0), n)
+    p = {k: v for k, v in params.items() if k != "dilation"}
+    return WorkloadSpec("conv2d_nchwc", {**p, "cb": block(p["C"]), "kb": block(p["K"])})
+
+
 def compare_with_onnxruntime(spec: WorkloadSpec, trace: dict, threads: int, rounds: int = 5) -> tuple:
-    """(ours, onnxruntime) seconds per call, timed side by side; our output checked against onnxruntime's."""
+    """(ours, onnxruntime) seconds per call, timed side by side; our output checked against onnxruntime's.
+
+    For ``conv2d_nchwc`` the data is packed and the weights prepacked outside the timing (the graph
+    level keeps activations blocked and packs constant weights at build time); onnxruntime gets them
+    in NCHW / KCRS (its time includes its own reorders of the data and output)."""
     inputs = spec.inputs(0)
     outs = spec.empty_outputs()
     kernel = build(Schedule.from_json(spec.tensors(), trace).lower())
     kernel.threads = threads
     kernel(*inputs, *outs)
-    sess = onnx_session(spec.name, spec.params, inputs[1], threads)
-    feed = {"X": inputs[0]}
+    x, w, got = inputs[0], inputs[1], outs[0]
+    params = dict(spec.params)
+    if spec.name == "conv2d_nchwc":
+        x, got = unpack_nchwc(x), unpack_nchwc(got)
+        K, C, R, S = params["K"], params["C"], params["R"], params["S"]
+        w = np.ascontiguousarray(w.transpose(0, 5, 1, 4, 2, 3).reshape(K, C, R, S))
+    sess = onnx_session("depthwise_conv2d" if spec.name == "depthwise_conv2d" else "conv2d", params, w, threads)
+    feed = {"X": x}
     ref = sess.run(None, feed)[0]
-    if not np.allclose(outs[0], ref, rtol=1e-3, atol=1e-3 * math.sqrt(spec.reduction_length)):
+    if not np.allclose(got, ref, rtol=1e-3, atol=1e-3 * math.sqrt(spec.reduction_length)):
         raise SystemExit(f"bench_conv: {spec.label}: our output differs from onnxruntime's "
-                         f"(max |diff| {float(np.max(np.abs(outs[0] - ref))):g})")
+                         f"(max |diff| {float(np.max(np.abs(got - ref))):g})")
     run_ours = kernel.bind(*inputs, *outs)
     timing = side_by_side({"ours": run_ours, "onnxruntime": lambda: sess.run(None, feed)},
                           rounds=rounds, min_repeat_ms=50, repeats_per_round=3)
@@ -157,7 +176,8 @@ def compare_with_onnxruntime(spec: WorkloadSpec, trace: dict, threads: int, roun
 
 def run_layer(net: str, name: str, threads: int, args, peak) -> dict:
     workload, params = LAYERS[net][name]
-    spec = WorkloadSpec(workload, params)
+    spec = blocked_spec(workload, params) if args.form == "nchwc" and workload == "conv2d" \
+        else WorkloadSpec(workload, params)
     trace, tune_s = best_trace(spec, threads, args.trials, args.seed, args.heuristic)
     ours, theirs = compare_with_onnxruntime(spec, trace, threads, args.rounds)
     gflops = spec.flops / ours / 1e9
@@ -179,6 +199,10 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="", help="comma-separated layer names (see LAYERS); default: all")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--trials", type=int, default=64)
+    ap.add_argument("--form", choices=("nchw", "nchwc"), default="nchw",
+                    help="nchw: tune the NCHW conv2d (data and weights packed in the kernel, per call); "
+                         "nchwc: tune conv2d_nchwc (blocked data in and out, weights prepacked as the graph "
+                         "level packs constant weights; depthwise layers stay NCHW)")
     ap.add_argument("--heuristic", action="store_true", help="no search: time the space's first trial")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rounds", type=int, default=5, help="alternating timing rounds")
@@ -194,7 +218,8 @@ def main(argv=None) -> int:
         ap.error(f"unknown layer {sorted(set(only) - known)[0]!r}; layers: {', '.join(sorted(known))}")
     threads_list = [int(t) for t in args.threads.split(",")]
     cpu = host_target()["cpu"]
-    print(f"host {cpu}; {'heuristic start' if args.heuristic else f'{args.trials} trials'}; threads {threads_list}",
+    print(f"host {cpu}; {'heuristic start' if args.heuristic else f'{args.trials} trials'}; threads {threads_list}; "
+          f"form {args.form}",
           flush=True)
     rows = []
     for threads in threads_list:
@@ -222,7 +247,8 @@ def main(argv=None) -> int:
                 print(f"| {net} | {threads} | {len(sel)} | {geomean(sel):.2f}x | {min(sel):.2f}x | {max(sel):.2f}x |")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"host": cpu, "trials": args.trials, "heuristic": args.heuristic, "rows": rows}, f, indent=1)
+            json.dump({"host": cpu, "trials": args.trials, "heuristic": args.heuristic, "form": args.form, "rows": rows},
+                  f, indent=1)
     return 0
 
 

@@ -54,6 +54,13 @@ class ConvInfo:
     Q: int
     R: int
     S: int
+    c_var: str = ""        # names of the reduce variables (input channels, taps)
+    r_var: str = ""
+    s_var: str = ""
+    ci_var: str = ""       # blocked built-in: the variable of the input channels within a block
+    blocked: bool = False  # the built-in blocked form (conv2d_nchwc): layouts given, nothing packed
+    cb: int = 0            # its blocks of input and output channels
+    kb: int = 0
 
 
 def _bare(e, var_set) -> Var | None:
@@ -80,14 +87,16 @@ def _match(g, st) -> ConvInfo | None:
     if not isinstance(body, Reduce) or body.reducer.value != "sum" or st.dtype not in ("float32", "float64"):
         return None
     spatial = st.spatial_root
-    if len(spatial) != 4:
-        return None
-    n, k, p, q = (st.root_vars[a] for a in spatial)
     red = {st.root_vars[a] for a in st.root if st.loops[a].kind is AxisKind.REDUCE}
     src = body.source
     if not (isinstance(src, Binary) and src.op is BinOp.MUL and isinstance(src.a, TensorRead)
             and isinstance(src.b, TensorRead)):
         return None
+    if len(spatial) == 5:
+        return _match_blocked(g, st, red, src)
+    if len(spatial) != 4:
+        return None
+    n, k, p, q = (st.root_vars[a] for a in spatial)
     for d, w in ((src.a, src.b), (src.b, src.a)):
         if len(d.indices) != 4 or len(w.indices) != 4 or d.tensor is w.tensor:
             continue
@@ -117,7 +126,34 @@ def _match(g, st) -> ConvInfo | None:
         K, P, Q = st.shape[1], st.shape[2], st.shape[3]
         C = K if depthwise else d.tensor.shape[1]
         return ConvInfo(st.name, g.name_of(d.tensor), pad, g.name_of(w.tensor), depthwise, C, K, P, Q,
-                        w.tensor.shape[2], w.tensor.shape[3])
+                        w.tensor.shape[2], w.tensor.shape[3], "" if depthwise else c.name, r.name, s.name)
+    return None
+
+
+def _match_blocked(g, st, red, src) -> ConvInfo | None:
+    """``Y[n, ko, p, q, ki] = sum D[n, co, p.., q.., ci] * W[ko, co, r, s, ci, ki]`` (conv2d_nchwc)."""
+    n, ko, p, q, ki = (st.root_vars[a] for a in st.spatial_root)
+    for d, w in ((src.a, src.b), (src.b, src.a)):
+        if len(d.indices) != 5 or len(w.indices) != 6 or not getattr(w.tensor, "is_placeholder", False):
+            continue
+        wi, di = w.indices, d.indices
+        co, r, s, ci = (_bare(wi[i], red) for i in (1, 2, 3, 4))
+        if None in (co, r, s, ci) or len({co, r, s, ci}) != 4 or red != {co, r, s, ci} \
+                or wi[0] != ko or wi[5] != ki:
+            continue
+        if di[0] != n or di[1] != co or di[4] != ci or not (_mentions(di[2], p) and _mentions(di[2], r)) \
+                or not (_mentions(di[3], q) and _mentions(di[3], s)):
+            continue
+        pad = None
+        if not getattr(d.tensor, "is_placeholder", False):
+            ps = g.stage_of(d.tensor)
+            if ps is None or ps.is_output or ps.is_reduction:
+                continue
+            pad = ps.name
+        cb, kb = w.tensor.shape[4], w.tensor.shape[5]
+        return ConvInfo(st.name, g.name_of(d.tensor), pad, g.name_of(w.tensor), False,
+                        w.tensor.shape[1] * cb, w.tensor.shape[0] * kb, st.shape[2], st.shape[3],
+                        w.tensor.shape[2], w.tensor.shape[3], co.name, r.name, s.name, ci.name, True, cb, kb)
     return None
 
 
@@ -158,7 +194,7 @@ def heuristic_tile(info: ConvInfo, lanes: int, registers: int) -> tuple:
                 use_q = info.Q / (-(-info.Q // qt) * qt)
                 use_p = info.P / (-(-info.P // pt) * pt)
                 # guarded edge tiles run element by element: a tile that divides the row is worth more
-                edge = 1.0 if info.Q % qt == 0 else 0.7
+                edge = (1.0 if info.Q % qt == 0 else 0.7) * (1.0 if info.P % pt == 0 else 0.7)
                 # ties: more weight vectors per broadcast (14 x 2 vectors loads 16 per 28 FMAs, 28 x 1 loads 29)
                 score = acc * use_k * use_q * use_p * edge * (kb / (m * lanes)) * (1 + 0.01 * min(m, 2))
                 if score > best_score + 1e-9:
@@ -174,16 +210,23 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
     st = s._state.stage(name)
     lanes = space.lanes(st.dtype)
     kb0, qt0, pt0 = heuristic_tile(info, lanes, space.registers)
-    src.hint(f"{name}.kb", kb0)
-    kb = src.choose(f"{name}.kb", lane_choices(info.K, lanes))
-    m = -(-kb // lanes)
-    if info.depthwise:
-        cb = kb
+    if info.blocked:    # the layout's blocks are given: the tile takes whole blocks of output channels
+        per = info.kb
+        src.hint(f"{name}.kb", min(4, max(1, kb0 // per)) * per)
+        kb = src.choose(f"{name}.kb", [b * per for b in (1, 2, 3, 4) if b * per <= max(per, MAX_VECTOR_LANES)
+                                       and (b - 1) * per < info.K])
+        cb = info.cb
     else:
-        blocks = block_choices(info.C)
-        # a block that divides the channels needs no guard in the reduction; near 16 (one cache line)
-        src.hint(f"{name}.cb", min(blocks, key=lambda b: (info.C % b != 0, abs(b - 16), b)))
-        cb = src.choose(f"{name}.cb", blocks)
+        src.hint(f"{name}.kb", kb0)
+        kb = src.choose(f"{name}.kb", lane_choices(info.K, lanes))
+        if info.depthwise:
+            cb = kb
+        else:
+            blocks = block_choices(info.C)
+            # a block that divides the channels needs no guard in the reduction; near 16 (one cache line)
+            src.hint(f"{name}.cb", min(blocks, key=lambda b: (info.C % b != 0, abs(b - 16), b)))
+            cb = src.choose(f"{name}.cb", blocks)
+    m = -(-kb // lanes)
     budget = max(1, (space.registers - m - 1) // m)
     src.hint(f"{name}.pt", pt0)
     pt = src.choose(f"{name}.pt", [c for c in space.small_choices(info.P, (1, 2, 3, 4)) if c <= budget] or [1])
@@ -203,23 +246,25 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
 
     # layouts: data NCHW[cb]c (padding inlined into the pack), weights OIHW[cb]i[kb]o
     packs = []
-    s = s.pack(info.data, {1: cb}, order=["0", "1.o", "2", "3", "1.i"], consumers=[name])
-    packs.append(s.trace[-1].outputs[0])
-    if info.pad_stage is not None:
-        s = s.compute_inline(info.pad_stage)
-    if info.depthwise:
-        s = s.pack(info.weights, {0: kb}, order=["0.o", "1", "2", "3", "0.i"], consumers=[name])
-    else:
-        s = s.pack(info.weights, {0: kb, 1: cb}, order=["0.o", "1.o", "2", "3", "1.i", "0.i"], consumers=[name])
-    packs.append(s.trace[-1].outputs[0])
+    if not info.blocked:
+        s = s.pack(info.data, {1: cb}, order=["0", "1.o", "2", "3", "1.i"], consumers=[name])
+        packs.append(s.trace[-1].outputs[0])
+        if info.pad_stage is not None:
+            s = s.compute_inline(info.pad_stage)
+        if info.depthwise:
+            s = s.pack(info.weights, {0: kb}, order=["0.o", "1", "2", "3", "0.i"], consumers=[name])
+        else:
+            s = s.pack(info.weights, {0: kb, 1: cb}, order=["0.o", "1.o", "2", "3", "1.i", "0.i"],
+                       consumers=[name])
+        packs.append(s.trace[-1].outputs[0])
     # the weights: packed at root, or each parallel task packs the block of output channels it
     # computes (where the weights outweigh the data, e.g. 512 channels at 7x7: 9 MiB of weights per
     # call, packed while hot in the task's cache instead of streamed through memory twice)
     k_tasks = -(-info.K // (k2 * kb))
-    w_bytes = info.K * (1 if info.depthwise else info.C) * info.R * info.S
+    w_size = info.K * (1 if info.depthwise else info.C) * info.R * info.S
     in_task = False
-    if k_tasks >= space.options.cores:
-        src.hint(f"{name}.pack_in_task", w_bytes > info.C * (info.P * info.Q))
+    if packs and k_tasks >= space.options.cores:
+        src.hint(f"{name}.pack_in_task", w_size > info.C * (info.P * info.Q))
         in_task = src.choose(f"{name}.pack_in_task", [False, True])
     for p in packs[:1] if in_task else packs:
         s = space._elementwise(s, src, p, keep_outer=False)
@@ -231,7 +276,10 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
         outer, local = name, f"{name}_local"
     # the output stage: tasks of (k, p, q) local tiles, the local computed per task, copied out by rows
     o_axes = s.axes(outer)
-    tiles = [1, k2 * kb, p2 * pt, q2 * qt]
+    if info.blocked:    # (n, k.o, p, q, k.i): whole blocks of k.o per tile
+        tiles = [1, k2 * kb // info.kb, p2 * pt, q2 * qt, info.kb]
+    else:
+        tiles = [1, k2 * kb, p2 * pt, q2 * qt]
     s, l0, l1 = split_all(s, o_axes, tiles)
     s = s.reorder(*l0, *l1)
     s = s.compute_at(local, l0[-1])
@@ -247,33 +295,40 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
         s = s.vectorize(l1[-1])
 
     # the local tile: reduce loops around the register tile in the decided order
-    n_l, k_l, p_l, q_l = (f"{local}.{a}" for a in s._state.stage(local).spatial_root)
-    reduce = [f"{local}.{a}" for a in s._state.stage(local).root
-              if s._state.stage(local).loops[a].kind is AxisKind.REDUCE]
-    s, (k0, p0, q0), (k1, p1, q1) = split_all(s, [k_l, p_l, q_l], [kb, pt, qt])
-    if info.depthwise:
-        r, s_ = reduce
-        above, below = {"|rs": ([], [r, s_]), "rs|": ([r, s_], []), "r|s": ([r], [s_])}[order]
-        c1 = None
+    lst = s._state.stage(local)
+    axes = [f"{local}.{a}" for a in lst.spatial_root]
+    reduce = {lst.root_vars[a].name: f"{local}.{a}" for a in lst.root if lst.loops[a].kind is AxisKind.REDUCE}
+    if info.blocked:
+        n_l, k_l, p_l, q_l, v_l = axes
+        s, (k0, p0, q0), (kr, p1, q1) = split_all(s, [k_l, p_l, q_l], [kb // info.kb, pt, qt])
+        tile = [kr, p1, q1, v_l]
     else:
-        c, r, s_ = reduce
-        s = s.split(c, factor=cb)
-        c0, c1 = s.trace[-1].outputs
+        n_l, k_l, p_l, q_l = axes
+        s, (k0, p0, q0), (k1, p1, q1) = split_all(s, [k_l, p_l, q_l], [kb, pt, qt])
+        tile = [p1, q1, k1]
+    r, s_ = reduce[info.r_var], reduce[info.s_var]
+    if info.depthwise:
+        above, below = {"|rs": ([], [r, s_]), "rs|": ([r, s_], []), "r|s": ([r], [s_])}[order]
+    else:
+        if info.blocked:
+            c0, c1 = reduce[info.c_var], reduce[info.ci_var]
+        else:
+            s = s.split(reduce[info.c_var], factor=cb)
+            c0, c1 = s.trace[-1].outputs
         above, below = {"c|rs": ([c0], [r, s_, c1]), "crs|": ([c0, r, s_], [c1]),
                         "|crs": ([], [c0, r, s_, c1]), "rsc|": ([r, s_, c0], [c1])}[order]
-    s = s.reorder(n_l, *above, k0, p0, q0, *below, p1, q1, k1)
-    s = s.vectorize(k1)
-    for lp in (p1, q1):
+    s = s.reorder(n_l, *above, k0, p0, q0, *below, *tile)
+    s = s.vectorize(tile[-1])
+    for lp in tile[:-1]:
         if s.extent(lp) > 1:
             s = s.unroll(lp)
-    inner = [lp for lp in below if lp is not None]
     fmas = pt * qt * m
-    if inner:
-        last = inner[-1]
+    if below:
+        last = below[-1]
         if fmas * s.extent(last) <= MAX_UNROLLED_FMAS and s.extent(last) > 1 \
                 and src.choose(f"{name}.unroll_inner", [True, False]):
             s = s.unroll(last)
     done = {name, outer, local, *packs}
-    if info.pad_stage is not None:
+    if info.pad_stage is not None and not info.blocked:
         done.add(info.pad_stage)
     return s, done

@@ -139,3 +139,39 @@ def test_a_local_tile_vectorized_along_a_middle_dim_stores_that_dim_innermost():
     z = np.zeros((6, 5), np.float32)
     s.build()(x, z)
     np.testing.assert_allclose(z, x * 2 + 1, rtol=1e-6)
+
+
+# ------------------------------------------------------------ epilogues, blocked built-in
+
+@pytest.mark.parametrize("residual", [0, 1])
+def test_bias_relu_and_residual_run_on_the_convolution_tile(residual):
+    params = dict(N=1, C=6, H=9, W=10, K=20, R=3, S=3, stride=1, pad=1, residual=residual, dtype="float32")
+    space = GeneratedSpace(get_workload("conv2d_bias_relu").make(**params), AVX512)
+    s = _run(space, "conv2d_bias_relu", params, FixedDecisions(space.default_decisions()))
+    conv = s.stage_graph().stage("conv")
+    assert conv.attach.kind.value == "at" and conv.attach.stage == "Y"     # no full-size conv buffer
+    assert "Y_local" not in s.stages
+
+
+NCHWC = [dict(N=1, C=24, H=9, W=7, K=40, R=3, S=3, stride=2, pad=1, cb=8, kb=8, dtype="float32"),
+         dict(N=2, C=32, H=6, W=6, K=32, R=1, S=1, stride=1, pad=0, cb=16, kb=16, dtype="float32")]
+
+
+@pytest.mark.parametrize("params", NCHWC)
+def test_the_blocked_builtin_tiles_its_given_layout(params):
+    space = GeneratedSpace(get_workload("conv2d_nchwc").make(**params), AVX512)
+    d = space.default_decisions()
+    assert d["Y.kb"] % params["kb"] == 0 and "Wt_pack.vector" not in d      # nothing packed
+    _run(space, "conv2d_nchwc", params, FixedDecisions(d))
+    _run(space, "conv2d_nchwc", params, _Blocked(3))
+
+
+def test_numpy_packing_helpers_round_trip():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 24, 5, 3)).astype(np.float32)
+    xb = ops.pack_nchwc(x, 8)
+    assert xb.shape == (2, 3, 5, 3, 8) and xb[1, 2, 4, 1, 5] == x[1, 2 * 8 + 5, 4, 1]
+    np.testing.assert_array_equal(ops.unpack_nchwc(xb), x)
+    w = rng.standard_normal((32, 24, 3, 1)).astype(np.float32)
+    wb = ops.pack_weights_oihwio(w, 8, 16)
+    assert wb.shape == (2, 3, 3, 1, 8, 16) and wb[1, 2, 0, 0, 3, 7] == w[16 + 7, 16 + 3, 0, 0]

@@ -158,6 +158,10 @@ def conv2d(N: int, C: int, H: int, W: int, K: int, R: int, S: int, stride: int =
     _check_dtype(op, dtype, NUMERIC_DTYPES)
     P = _output_size(op, "H", H, R, "R", stride, pad, dilation)
     Q = _output_size(op, "W", W, S, "S", stride, pad, dilation)
+    return _conv2d_stages(N, C, H, W, K, R, S, stride, pad, dilation, dtype, P, Q, "Y")
+
+
+def _conv2d_stages(N, C, H, W, K, R, S, stride, pad, dilation, dtype, P, Q, name):
     X = te.placeholder((N, C, H, W), dtype, "X")
     Wt = te.placeholder((K, C, R, S), dtype, "Wt")
     Xp = pad2d(X, pad, 0.0 if dtype in FLOAT_DTYPES else 0) if pad else X
@@ -166,8 +170,100 @@ def conv2d(N: int, C: int, H: int, W: int, K: int, R: int, S: int, stride: int =
         (N, K, P, Q),
         lambda n, k, p, q: te.sum(Xp[n, c, _window(p, stride, r, dilation), _window(q, stride, s, dilation)]
                                   * Wt[k, c, r, s], axis=[c, r, s]),
+        name)
+    return [X, Wt, Y]
+
+
+def conv2d_bias_relu(N: int, C: int, H: int, W: int, K: int, R: int, S: int, stride: int = 1, pad: int = 0,
+                     residual: int = 0, dtype: str = "float32") -> list:
+    """A convolution with its epilogue: ``Y = max(conv2d(X, Wt) + bias[k] (+ Z), 0)``, NCHW.
+
+    Two stages after the padding: the convolution ``conv`` (as :func:`conv2d`) and the elementwise
+    output, which a schedule computes on each output tile while it is in cache.  ``residual=1``
+    adds a residual input ``Z`` of the output's shape (the end of a ResNet block).
+
+    Returns
+    -------
+    list of te.Tensor
+        ``[X, Wt, bias (K,), Y]``, or ``[X, Wt, bias, Z, Y]`` with ``residual=1``.
+    """
+    op = "conv2d_bias_relu"
+    _check_sizes(op, N=N, C=C, H=H, W=W, K=K, R=R, S=S, stride=stride)
+    _check_sizes(op, 0, pad=pad)
+    _check_dtype(op, dtype)
+    if residual not in (0, 1):
+        raise ValueError(f"{op}: residual must be 0 or 1, got {residual!r}")
+    P = _output_size(op, "H", H, R, "R", stride, pad)
+    Q = _output_size(op, "W", W, S, "S", stride, pad)
+    X, Wt, conv = _conv2d_stages(N, C, H, W, K, R, S, stride, pad, 1, dtype, P, Q, "conv")
+    bias = te.placeholder((K,), dtype, "bias")
+    if residual:
+        Z = te.placeholder(conv.shape, dtype, "Z")
+        Y = te.compute(conv.shape, lambda n, k, p, q: te.max(conv[n, k, p, q] + bias[k] + Z[n, k, p, q], 0.0), "Y")
+        return [X, Wt, bias, Z, Y]
+    Y = te.compute(conv.shape, lambda n, k, p, q: te.max(conv[n, k, p, q] + bias[k], 0.0), "Y")
+    return [X, Wt, bias, Y]
+
+
+def conv2d_nchwc(N: int, C: int, H: int, W: int, K: int, R: int, S: int, stride: int = 1, pad: int = 0,
+                 cb: int = 16, kb: int = 16, dtype: str = "float32") -> list:
+    """2-d convolution on blocked layouts (TVM's NCHW[x]c / OIHW[x]i[y]o, oneDNN's nChw16c).
+
+    Data ``(N, C//cb, H, W, cb)``, weights ``(K//kb, C//cb, R, S, cb, kb)``, output
+    ``(N, K//kb, P, Q, kb)``: channel ``c`` of the NCHW tensor is ``[c // cb, ..., c % cb]``.
+    ``Y[n, ko, p, q, ki] = sum_{co, r, s, ci} Xpad[n, co, p*stride + r, q*stride + s, ci] * Wt[ko, co, r, s, ci, ki]``.
+    The form the graph level keeps between convolutions (constant weights packed once at build
+    time, :func:`pack_weights_oihwio`); ``C`` and ``K`` must be multiples of ``cb`` and ``kb``.
+
+    Returns
+    -------
+    list of te.Tensor
+        ``[X, Wt, Y]``.
+    """
+    op = "conv2d_nchwc"
+    _check_sizes(op, N=N, C=C, H=H, W=W, K=K, R=R, S=S, stride=stride, cb=cb, kb=kb)
+    _check_sizes(op, 0, pad=pad)
+    _check_dtype(op, dtype)
+    for name, total, block in (("C", C, cb), ("K", K, kb)):
+        if total % block:
+            raise ValueError(f"{op}: {name}={total} must be a multiple of its block "
+                             f"{'cb' if name == 'C' else 'kb'}={block}")
+    P = _output_size(op, "H", H, R, "R", stride, pad)
+    Q = _output_size(op, "W", W, S, "S", stride, pad)
+    X = te.placeholder((N, C // cb, H, W, cb), dtype, "X")
+    Wt = te.placeholder((K // kb, C // cb, R, S, cb, kb), dtype, "Wt")
+    if pad:
+        Xp = te.compute((N, C // cb, H + 2 * pad, W + 2 * pad, cb),
+                        lambda n, c, h, w, i: te.if_then_else(te.all(h >= pad, h < H + pad, w >= pad, w < W + pad),
+                                                              X[n, c, h - pad, w - pad, i], 0.0), "Xpad")
+    else:
+        Xp = X
+    co, ci = te.reduce_axis(C // cb, "co"), te.reduce_axis(cb, "ci")
+    r, s = te.reduce_axis(R, "r"), te.reduce_axis(S, "s")
+    Y = te.compute(
+        (N, K // kb, P, Q, kb),
+        lambda n, ko, p, q, ki: te.sum(Xp[n, co, _window(p, stride, r), _window(q, stride, s), ci]
+                                       * Wt[ko, co, r, s, ci, ki], axis=[co, r, s, ci]),
         "Y")
     return [X, Wt, Y]
+
+
+def pack_nchwc(x: np.ndarray, cb: int) -> np.ndarray:
+    """NCHW -> ``(N, C//cb, H, W, cb)`` (``C`` a multiple of ``cb``)."""
+    N, C, H, W = x.shape
+    return np.ascontiguousarray(x.reshape(N, C // cb, cb, H, W).transpose(0, 1, 3, 4, 2))
+
+
+def unpack_nchwc(y: np.ndarray) -> np.ndarray:
+    """``(N, C//cb, H, W, cb)`` -> NCHW."""
+    N, Co, H, W, cb = y.shape
+    return np.ascontiguousarray(y.transpose(0, 1, 4, 2, 3).reshape(N, Co * cb, H, W))
+
+
+def pack_weights_oihwio(w: np.ndarray, cb: int, kb: int) -> np.ndarray:
+    """KCRS weights -> ``(K//kb, C//cb, R, S, cb, kb)``: the output channels of a block innermost."""
+    K, C, R, S = w.shape
+    return np.ascontiguousarray(w.reshape(K // kb, kb, C // cb, cb, R, S).transpose(0, 2, 4, 5, 3, 1))
 
 
 def depthwise_conv2d(N: int, C: int, H: int, W: int, R: int, S: int, stride: int = 1, pad: int = 0,

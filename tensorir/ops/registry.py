@@ -318,6 +318,42 @@ register(Workload(
        Param("dilation", int, 1, "spacing of the kernel taps"), _DTYPE),
     ops.conv2d, _conv2d_flops, _conv2d_ref))
 
+def _conv2d_bias_relu_ref(inputs, N, C, H, W, K, R, S, stride, pad, residual, dtype):
+    y = _conv2d_ref(inputs[:2], N, C, H, W, K, R, S, stride, pad, 1, dtype)[0] + inputs[2][None, :, None, None]
+    if residual:
+        y = y + inputs[3]
+    return [np.maximum(y, np.dtype(dtype).type(0))]
+
+
+register(Workload(
+    "conv2d_bias_relu", "convolution + bias + ReLU (residual=1: + Z, a ResNet block's end), NCHW",
+    _sizes("N", "C", "H", "W", "K", "R", "S", N=1, C=64, H=56, W=56, K=64, R=3, S=3)
+    + (Param("stride", int, 1, "window step"), Param("pad", int, 1, "zero padding on each side", allow_zero=True),
+       Param("residual", int, 0, "1: add a residual input Z before the ReLU", allow_zero=True), _DTYPE),
+    ops.conv2d_bias_relu,
+    lambda N, C, H, W, K, R, S, stride, pad, residual, dtype:
+        _conv2d_flops(N, C, H, W, K, R, S, stride, pad, 1, dtype)
+        + N * K * ops.conv_output_size(H, R, stride, pad) * ops.conv_output_size(W, S, stride, pad) * (2 + residual),
+    _conv2d_bias_relu_ref))
+
+
+def _conv2d_nchwc_ref(inputs, N, C, H, W, K, R, S, stride, pad, cb, kb, dtype):
+    x, w = inputs
+    K_, Co, R_, S_, cb_, kb_ = w.shape
+    wt = w.transpose(0, 5, 1, 4, 2, 3).reshape(K, C, R, S)      # back to KCRS
+    y = _conv2d_ref([ops.unpack_nchwc(x), wt], N, C, H, W, K, R, S, stride, pad, 1, dtype)[0]
+    return [ops.pack_nchwc(y, kb)]
+
+
+register(Workload(
+    "conv2d_nchwc", "2-d convolution on blocked layouts: data (N, C/cb, H, W, cb), weights (K/kb, C/cb, R, S, cb, kb)",
+    _sizes("N", "C", "H", "W", "K", "R", "S", N=1, C=64, H=56, W=56, K=64, R=3, S=3)
+    + (Param("stride", int, 1, "window step"), Param("pad", int, 1, "zero padding on each side", allow_zero=True),
+       Param("cb", int, 16, "input channels per block"), Param("kb", int, 16, "output channels per block"), _DTYPE),
+    ops.conv2d_nchwc,
+    lambda N, C, H, W, K, R, S, stride, pad, cb, kb, dtype: _conv2d_flops(N, C, H, W, K, R, S, stride, pad, 1, dtype),
+    _conv2d_nchwc_ref))
+
 register(Workload(
     "depthwise_conv2d", "depthwise 2-d convolution, NCHW data, weights (C, 1, R, S)",
     _sizes("N", "C", "H", "W", "R", "S", N=1, C=128, H=56, W=56, R=3, S=3)

@@ -91,14 +91,18 @@ LAYERS = {
         "pw960-320@7": _conv(960, 7, 320, 1, 1, 0),
         "pw320-1280@7": _conv(320, 7, 1280, 1, 1, 0),
     },
+    "pooling": {   # not convolutions: reported apart, no target
+        "maxpool3x3s2@112": ("max_pool2d", dict(N=1, C=64, H=112, W=112, R=3, S=3, stride=2, pad=1)),
+        "avgpool2x2s2@28": ("avg_pool2d", dict(N=1, C=128, H=28, W=28, R=2, S=2, stride=2, pad=0)),
+    },
 }
 
 
 def onnx_session(workload: str, p: dict, weights: np.ndarray, threads: int):
     """An onnxruntime session of one Conv node with constant weights (the layer as a model holds it)."""
-    import onnx
-    import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
+    if workload in ("max_pool2d", "avg_pool2d"):
+        return _pool_session(workload, p, threads)
     depthwise = workload == "depthwise_conv2d"
     C = p["C"]
     K = C if depthwise else p["K"]
@@ -106,11 +110,16 @@ def onnx_session(workload: str, p: dict, weights: np.ndarray, threads: int):
     Q = (p["W"] + 2 * p["pad"] - p["S"]) // p["stride"] + 1
     node = helper.make_node("Conv", ["X", "Wt"], ["Y"], kernel_shape=[p["R"], p["S"]],
                             strides=[p["stride"]] * 2, pads=[p["pad"]] * 4, group=C if depthwise else 1)
-    graph = helper.make_graph(
-        [node], "conv",
-        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, C, p["H"], p["W"]])],
-        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, K, P, Q])],
-        initializer=[numpy_helper.from_array(weights, "Wt")])
+    return _session([node], [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, C, p["H"], p["W"]])],
+                    [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, K, P, Q])],
+                    [numpy_helper.from_array(weights, "Wt")], threads)
+
+
+def _session(nodes, inputs, outputs, initializers, threads):
+    import onnx
+    import onnxruntime as ort
+    from onnx import helper
+    graph = helper.make_graph(nodes, "layer", inputs, outputs, initializer=initializers)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.checker.check_model(model)
@@ -120,6 +129,17 @@ def onnx_session(workload: str, p: dict, weights: np.ndarray, threads: int):
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def _pool_session(workload: str, p: dict, threads: int):
+    from onnx import TensorProto, helper
+    P = (p["H"] + 2 * p["pad"] - p["R"]) // p["stride"] + 1
+    Q = (p["W"] + 2 * p["pad"] - p["S"]) // p["stride"] + 1
+    extra = {"count_include_pad": 1} if workload == "avg_pool2d" else {}
+    node = helper.make_node("MaxPool" if workload == "max_pool2d" else "AveragePool", ["X"], ["Y"],
+                            kernel_shape=[p["R"], p["S"]], strides=[p["stride"]] * 2, pads=[p["pad"]] * 4, **extra)
+    return _session([node], [helper.make_tensor_value_info("X", TensorProto.FLOAT, [p["N"], p["C"], p["H"], p["W"]])],
+                    [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [p["N"], p["C"], P, Q])], [], threads)
 
 
 def best_trace(spec: WorkloadSpec, threads: int, trials: int, seed: int, heuristic: bool):
@@ -156,13 +176,13 @@ def compare_with_onnxruntime(spec: WorkloadSpec, trace: dict, threads: int, roun
     kernel = build(Schedule.from_json(spec.tensors(), trace).lower())
     kernel.threads = threads
     kernel(*inputs, *outs)
-    x, w, got = inputs[0], inputs[1], outs[0]
+    x, w, got = inputs[0], inputs[1] if len(inputs) > 1 else None, outs[0]
     params = dict(spec.params)
     if spec.name == "conv2d_nchwc":
         x, got = unpack_nchwc(x), unpack_nchwc(got)
         K, C, R, S = params["K"], params["C"], params["R"], params["S"]
         w = np.ascontiguousarray(w.transpose(0, 5, 1, 4, 2, 3).reshape(K, C, R, S))
-    sess = onnx_session("depthwise_conv2d" if spec.name == "depthwise_conv2d" else "conv2d", params, w, threads)
+    sess = onnx_session("conv2d" if spec.name == "conv2d_nchwc" else spec.name, params, w, threads)
     feed = {"X": x}
     ref = sess.run(None, feed)[0]
     if not np.allclose(got, ref, rtol=1e-3, atol=1e-3 * math.sqrt(spec.reduction_length)):
@@ -195,7 +215,8 @@ def geomean(values) -> float:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--net", default="resnet18,mobilenetv2", help="resnet18, mobilenetv2 or both (comma-separated)")
+    ap.add_argument("--net", default="resnet18,mobilenetv2",
+                    help="resnet18, mobilenetv2, pooling (comma-separated)")
     ap.add_argument("--only", default="", help="comma-separated layer names (see LAYERS); default: all")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--trials", type=int, default=64)

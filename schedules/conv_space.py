@@ -46,7 +46,7 @@ class ConvInfo:
     anchor: str
     data: str              # the tensor the anchor reads (placeholder, or the padding stage)
     pad_stage: str | None  # the padding stage (packed, then inlined into its pack)
-    weights: str
+    weights: str | None    # None: pooling (a depthwise window without weights)
     depthwise: bool
     C: int                 # input channels (depthwise: channels)
     K: int                 # output channels
@@ -84,11 +84,15 @@ def find_convs(g) -> dict:
 
 def _match(g, st) -> ConvInfo | None:
     body = st.body
-    if not isinstance(body, Reduce) or body.reducer.value != "sum" or st.dtype not in ("float32", "float64"):
+    if not isinstance(body, Reduce) or st.dtype not in ("float32", "float64"):
         return None
     spatial = st.spatial_root
     red = {st.root_vars[a] for a in st.root if st.loops[a].kind is AxisKind.REDUCE}
     src = body.source
+    if isinstance(src, TensorRead) and len(spatial) == 4:
+        return _match_pool(g, st, red, src)
+    if body.reducer.value != "sum":
+        return None
     if not (isinstance(src, Binary) and src.op is BinOp.MUL and isinstance(src.a, TensorRead)
             and isinstance(src.b, TensorRead)):
         return None
@@ -116,18 +120,46 @@ def _match(g, st) -> ConvInfo | None:
             continue
         if not getattr(w.tensor, "is_placeholder", False):
             continue
-        pad = None
-        if not getattr(d.tensor, "is_placeholder", False):
-            ps = g.stage_of(d.tensor)
-            if ps is None or ps.is_output or ps.is_reduction or len(ps.read_tensors()) != 1 \
-                    or not getattr(ps.read_tensors()[0], "is_placeholder", False) or len(g.consumers(ps)) != 1:
-                continue
-            pad = ps.name
+        ok, pad = _data_stage(g, d)
+        if not ok:
+            continue
         K, P, Q = st.shape[1], st.shape[2], st.shape[3]
         C = K if depthwise else d.tensor.shape[1]
         return ConvInfo(st.name, g.name_of(d.tensor), pad, g.name_of(w.tensor), depthwise, C, K, P, Q,
                         w.tensor.shape[2], w.tensor.shape[3], "" if depthwise else c.name, r.name, s.name)
     return None
+
+
+def _data_stage(g, d) -> tuple:
+    """(ok, padding stage name or None) for the tensor a window reads: a placeholder, or one
+    elementwise stage of a placeholder read by nothing else (the padding)."""
+    if getattr(d.tensor, "is_placeholder", False):
+        return True, None
+    ps = g.stage_of(d.tensor)
+    if ps is None or ps.is_output or ps.is_reduction or len(ps.read_tensors()) != 1 \
+            or not getattr(ps.read_tensors()[0], "is_placeholder", False) or len(g.consumers(ps)) != 1:
+        return False, None
+    return True, ps.name
+
+
+def _match_pool(g, st, red, d) -> ConvInfo | None:
+    """``Y[n, c, p, q] = max or sum over (r, s) of D[n, c, p*st + r, q*st + s]``: pooling, a depthwise
+    window without weights."""
+    n, c, p, q = (st.root_vars[a] for a in st.spatial_root)
+    if len(d.indices) != 4 or len(red) != 2 or d.indices[0] != n or d.indices[1] != c:
+        return None
+    r = next((v for v in red if _mentions(d.indices[2], v)), None)
+    s = next((v for v in red if _mentions(d.indices[3], v)), None)
+    if r is None or s is None or r == s or not _mentions(d.indices[2], p) or not _mentions(d.indices[3], q) \
+            or _mentions(d.indices[2], s) or _mentions(d.indices[3], r):
+        return None
+    ok, pad = _data_stage(g, d)
+    if not ok:
+        return None
+    R = next(st.loops[a].extent for a in st.root if st.root_vars[a] == r)
+    S = next(st.loops[a].extent for a in st.root if st.root_vars[a] == s)
+    C, P, Q = st.shape[1], st.shape[2], st.shape[3]
+    return ConvInfo(st.name, g.name_of(d.tensor), pad, None, True, C, C, P, Q, R, S, "", r.name, s.name)
 
 
 def _match_blocked(g, st, red, src) -> ConvInfo | None:
@@ -251,19 +283,22 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
         packs.append(s.trace[-1].outputs[0])
         if info.pad_stage is not None:
             s = s.compute_inline(info.pad_stage)
-        if info.depthwise:
+        if info.weights is None:
+            pass
+        elif info.depthwise:
             s = s.pack(info.weights, {0: kb}, order=["0.o", "1", "2", "3", "0.i"], consumers=[name])
         else:
             s = s.pack(info.weights, {0: kb, 1: cb}, order=["0.o", "1.o", "2", "3", "1.i", "0.i"],
                        consumers=[name])
-        packs.append(s.trace[-1].outputs[0])
+        if info.weights is not None:
+            packs.append(s.trace[-1].outputs[0])
     # the weights: packed at root, or each parallel task packs the block of output channels it
     # computes (where the weights outweigh the data, e.g. 512 channels at 7x7: 9 MiB of weights per
     # call, packed while hot in the task's cache instead of streamed through memory twice)
     k_tasks = -(-info.K // (k2 * kb))
     w_size = info.K * (1 if info.depthwise else info.C) * info.R * info.S
     in_task = False
-    if packs and k_tasks >= space.options.cores:
+    if len(packs) == 2 and k_tasks >= space.options.cores:
         src.hint(f"{name}.pack_in_task", w_size > info.C * (info.P * info.Q))
         in_task = src.choose(f"{name}.pack_in_task", [False, True])
     for p in packs[:1] if in_task else packs:

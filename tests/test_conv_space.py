@@ -44,11 +44,18 @@ def test_convolutions_are_recognized_with_their_padding_stage():
     assert info.depthwise and info.pad_stage is None and info.data == "X"
 
 
+def test_pooling_windows_are_recognized_as_windows_without_weights():
+    (info,) = find_convs(Schedule(ops.max_pool2d(1, 4, 8, 8, 3, 3, 2, 1)).stage_graph()).values()
+    assert info.weights is None and info.depthwise and info.pad_stage == "Xpad" and (info.P, info.Q) == (4, 4)
+    (info,) = find_convs(Schedule(ops.avg_pool2d(1, 4, 8, 8, 2, 2, 2, 0)).stage_graph()).values()
+    assert info.anchor == "window_sum" and info.pad_stage is None
+
+
 @pytest.mark.parametrize("make", [
     lambda: ops.matmul(16, 16, 16),
-    lambda: ops.max_pool2d(1, 4, 8, 8, 3, 3, 2, 1),
-    lambda: ops.avg_pool2d(1, 4, 8, 8, 2, 2, 2, 0),
     lambda: ops.batch_matmul(2, 8, 8, 8),
+    lambda: ops.softmax(4, 9),
+    lambda: ops.layer_norm(4, 9),
 ])
 def test_other_reductions_are_not_convolutions(make):
     assert find_convs(Schedule(make()).stage_graph()) == {}
@@ -141,7 +148,21 @@ def test_a_local_tile_vectorized_along_a_middle_dim_stores_that_dim_innermost():
     np.testing.assert_allclose(z, x * 2 + 1, rtol=1e-6)
 
 
-# ------------------------------------------------------------ epilogues, blocked built-in
+# ------------------------------------------------------------ epilogues, pooling, blocked built-in
+
+POOLS = [("max_pool2d", dict(N=1, C=19, H=11, W=12, R=3, S=3, stride=2, pad=1, dtype="float32")),
+         ("avg_pool2d", dict(N=2, C=5, H=9, W=8, R=3, S=3, stride=2, pad=1, dtype="float32"))]
+
+
+@pytest.mark.parametrize("workload,params", POOLS, ids=[w for w, _ in POOLS])
+def test_pooling_is_vectorized_over_channel_blocks(workload, params):
+    space = GeneratedSpace(get_workload(workload).make(**params), AVX512)
+    d = space.default_decisions()
+    anchor = "Y" if workload == "max_pool2d" else "window_sum"
+    assert d[f"{anchor}.blocked"] is True and d[f"{anchor}.kb"] in lane_choices(params["C"], 16)
+    _run(space, workload, params, FixedDecisions(d))
+    _run(space, workload, params, _Blocked(5))
+
 
 @pytest.mark.parametrize("residual", [0, 1])
 def test_bias_relu_and_residual_run_on_the_convolution_tile(residual):

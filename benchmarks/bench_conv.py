@@ -2,6 +2,7 @@
 
     python benchmarks/bench_conv.py [--net resnet18,mobilenetv2] [--only LAYER,...] [--threads 1,2]
                                     [--trials 64] [--heuristic] [--form nchw|nchwc] [--seed 0] [--json PATH]
+                                    [--variant "Y.kb=32 Y.qt=14" ...]
 
 Every distinct convolution of the two networks (batch 1, fp32, NCHW) is tuned from an empty log
 with ``--trials`` trials through the tuner's Python API (``--heuristic``: no search, the generated
@@ -171,27 +172,66 @@ def compare_with_onnxruntime(spec: WorkloadSpec, trace: dict, threads: int, roun
     For ``conv2d_nchwc`` the data is packed and the weights prepacked outside the timing (the graph
     level keeps activations blocked and packs constant weights at build time); onnxruntime gets them
     in NCHW / KCRS (its time includes its own reorders of the data and output)."""
+    t = compare_variants(spec, {"ours": trace}, threads, rounds)
+    return t["ours"], t["onnxruntime"]
+
+
+def compare_variants(spec: WorkloadSpec, traces: dict, threads: int, rounds: int = 5) -> dict:
+    """Seconds per call of each of ``traces`` (name -> trace) and of onnxruntime, side by side."""
     inputs = spec.inputs(0)
-    outs = spec.empty_outputs()
-    kernel = build(Schedule.from_json(spec.tensors(), trace).lower())
-    kernel.threads = threads
-    kernel(*inputs, *outs)
-    x, w, got = inputs[0], inputs[1] if len(inputs) > 1 else None, outs[0]
     params = dict(spec.params)
+    x, w = inputs[0], inputs[1] if len(inputs) > 1 else None
     if spec.name == "conv2d_nchwc":
-        x, got = unpack_nchwc(x), unpack_nchwc(got)
+        x = unpack_nchwc(x)
         K, C, R, S = params["K"], params["C"], params["R"], params["S"]
         w = np.ascontiguousarray(w.transpose(0, 5, 1, 4, 2, 3).reshape(K, C, R, S))
     sess = onnx_session("conv2d" if spec.name == "conv2d_nchwc" else spec.name, params, w, threads)
     feed = {"X": x}
     ref = sess.run(None, feed)[0]
-    if not np.allclose(got, ref, rtol=1e-3, atol=1e-3 * math.sqrt(spec.reduction_length)):
-        raise SystemExit(f"bench_conv: {spec.label}: our output differs from onnxruntime's "
-                         f"(max |diff| {float(np.max(np.abs(got - ref))):g})")
-    run_ours = kernel.bind(*inputs, *outs)
-    timing = side_by_side({"ours": run_ours, "onnxruntime": lambda: sess.run(None, feed)},
-                          rounds=rounds, min_repeat_ms=50, repeats_per_round=3)
-    return timing["ours"]["median"], timing["onnxruntime"]["median"]
+    fns = {}
+    for name, trace in traces.items():
+        outs = spec.empty_outputs()
+        kernel = build(Schedule.from_json(spec.tensors(), trace).lower())
+        kernel.threads = threads
+        kernel(*inputs, *outs)
+        got = unpack_nchwc(outs[0]) if spec.name == "conv2d_nchwc" else outs[0]
+        if not np.allclose(got, ref, rtol=1e-3, atol=1e-3 * math.sqrt(spec.reduction_length)):
+            raise SystemExit(f"bench_conv: {spec.label} ({name}): our output differs from onnxruntime's "
+                             f"(max |diff| {float(np.max(np.abs(got - ref))):g})")
+        fns[name] = kernel.bind(*inputs, *outs)
+    fns["onnxruntime"] = lambda: sess.run(None, feed)
+    timing = side_by_side(fns, rounds=rounds, min_repeat_ms=50, repeats_per_round=3)
+    return {name: t["median"] for name, t in timing.items()}
+
+
+def parse_variant(text: str) -> dict:
+    """``"Y.kb=32 Y.qt=14"`` -> decisions (ints, booleans, else strings)."""
+    out = {}
+    for item in text.split():
+        name, _, value = item.partition("=")
+        out[name] = True if value == "True" else False if value == "False" else \
+            int(value) if value.lstrip("-").isdigit() else value
+    return out
+
+
+def run_variants(net: str, name: str, threads: int, args) -> list:
+    """The heuristic start and each ``--variant`` (decisions changed from it) against onnxruntime."""
+    workload, params = LAYERS[net][name]
+    spec = blocked_spec(workload, params) if args.form == "nchwc" and workload == "conv2d" \
+        else WorkloadSpec(workload, params)
+    space = GeneratedSpace(spec.tensors())
+    start = space.default_decisions()
+    traces = {"heuristic": space.apply(FixedDecisions(start)).to_json()}
+    for v in args.variant:
+        traces[v] = space.apply(FixedDecisions({**start, **parse_variant(v)})).to_json()
+    t = compare_variants(spec, traces, threads, args.rounds)
+    print(f"{net} {name} t={threads}: heuristic start {' '.join(f'{k}={v}' for k, v in start.items())}")
+    rows = []
+    for v in traces:
+        rows.append(dict(net=net, layer=name, threads=threads, variant=v, gflops=spec.flops / t[v] / 1e9,
+                         ratio=t["onnxruntime"] / t[v]))
+        print(f"  {v:<40} {rows[-1]['gflops']:7.1f} GFLOP/s  ours/ort {rows[-1]['ratio']:.2f}x", flush=True)
+    return rows
 
 
 def run_layer(net: str, name: str, threads: int, args, peak) -> dict:
@@ -225,6 +265,9 @@ def main(argv=None) -> int:
                          "nchwc: tune conv2d_nchwc (blocked data in and out, weights prepacked as the graph "
                          "level packs constant weights; depthwise layers stay NCHW)")
     ap.add_argument("--heuristic", action="store_true", help="no search: time the space's first trial")
+    ap.add_argument("--variant", action="append", default=[], metavar="DECISIONS",
+                    help='time the heuristic start with these decisions changed, e.g. "Y.kb=32 Y.qt=14" '
+                         "(repeatable; no tuning), side by side with the start and onnxruntime")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rounds", type=int, default=5, help="alternating timing rounds")
     ap.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
@@ -243,6 +286,16 @@ def main(argv=None) -> int:
           f"form {args.form}",
           flush=True)
     rows = []
+    if args.variant:
+        for threads in threads_list:
+            for net in nets:
+                for name in LAYERS[net]:
+                    if not only or name in only:
+                        rows += run_variants(net, name, threads, args)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"host": cpu, "form": args.form, "variants": rows}, f, indent=1)
+        return 0
     for threads in threads_list:
         peak = machine_peak(cpu, threads)
         for net in nets:

@@ -213,7 +213,8 @@ def heuristic_tile(info: ConvInfo, lanes: int, registers: int) -> tuple:
     register: lanes past ``K`` and columns past ``Q`` (edge tiles) count as waste.
     """
     best, best_score = (lanes, 1, 1), -1.0
-    for kb in lane_choices(info.K, lanes):
+    # a depthwise window reuses no weight vector across channels: one vector per tile, more tasks
+    for kb in lane_choices(info.K, lanes)[:1] if info.depthwise else lane_choices(info.K, lanes):
         m = -(-kb // lanes)
         for pt in (1, 2, 3, 4):
             if pt > info.P:
@@ -297,12 +298,20 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
     # call, packed while hot in the task's cache instead of streamed through memory twice)
     k_tasks = -(-info.K // (k2 * kb))
     w_size = info.K * (1 if info.depthwise else info.C) * info.R * info.S
-    in_task = False
+    in_task = []
     if len(packs) == 2 and k_tasks >= space.options.cores:
         src.hint(f"{name}.pack_in_task", w_size > info.C * (info.P * info.Q))
-        in_task = src.choose(f"{name}.pack_in_task", [False, True])
-    for p in packs[:1] if in_task else packs:
-        s = space._elementwise(s, src, p, keep_outer=False)
+        if src.choose(f"{name}.pack_in_task", [False, True]):
+            in_task.append(packs[1])
+    # a depthwise window (or pooling) reads only its own channel block: each task may pack the block
+    # of data it reads, which then stays in its cache instead of a round trip through memory
+    if info.depthwise and packs and k_tasks >= space.options.cores:
+        src.hint(f"{name}.data_in_task", True)
+        if src.choose(f"{name}.data_in_task", [False, True]):
+            in_task.append(packs[0])
+    for p in packs:
+        if p not in in_task:
+            s = space._elementwise(s, src, p, keep_outer=False)
 
     outer = epilogue
     local = name
@@ -322,8 +331,9 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
         s = s.reorder(l0[1], l0[0], *l0[2:])    # the output-channel blocks are the parallel tasks
         if src.choose(f"{outer}.parallel", [True, False]):
             s = s.parallel(l0[1])
-        s = s.compute_at(packs[1], l0[1])
-        s = space._elementwise(s, src, packs[1], keep_outer=True, parallel=False)
+        for p in in_task:
+            s = s.compute_at(p, l0[1])
+            s = space._elementwise(s, src, p, keep_outer=True, parallel=False)
     else:
         s = fuse_parallel(s, l0, src, outer)
     if 1 < s.extent(l1[-1]) <= MAX_VECTOR_LANES:

@@ -309,8 +309,16 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
         src.hint(f"{name}.data_in_task", True)
         if src.choose(f"{name}.data_in_task", [False, True]):
             in_task.append(packs[0])
+    # a convolution's data may be packed per task of output rows instead (the rows a task reads, hot
+    # in its cache; a window's overlap with the next task's rows is packed twice)
+    row_tasks = -(-info.P // (p2 * pt))
+    at_rows = False
+    if packs and not info.depthwise and not in_task and row_tasks >= space.options.cores:
+        # the stems' few channels: data as large as the work on it is better packed where it is read
+        src.hint(f"{name}.data_at_rows", info.C < 16)
+        at_rows = src.choose(f"{name}.data_at_rows", [False, True])
     for p in packs:
-        if p not in in_task:
+        if p not in in_task and not (at_rows and p == packs[0]):
             s = space._elementwise(s, src, p, keep_outer=False)
 
     outer = epilogue
@@ -327,7 +335,13 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
     s, l0, l1 = split_all(s, o_axes, tiles)
     s = s.reorder(*l0, *l1)
     s = s.compute_at(local, l0[-1])
-    if in_task:
+    if at_rows:
+        s = s.reorder(l0[2], l0[0], l0[1], *l0[3:])    # the row blocks are the parallel tasks
+        if src.choose(f"{outer}.parallel", [True, False]):
+            s = s.parallel(l0[2])
+        s = s.compute_at(packs[0], l0[2])
+        s = space._elementwise(s, src, packs[0], keep_outer=True, parallel=False)
+    elif in_task:
         s = s.reorder(l0[1], l0[0], *l0[2:])    # the output-channel blocks are the parallel tasks
         if src.choose(f"{outer}.parallel", [True, False]):
             s = s.parallel(l0[1])

@@ -107,8 +107,13 @@ class GeneratedSpace:
         """Build the schedule for the decisions ``src`` gives (may raise ScheduleError)."""
         s = self.base
         g = s._state
-        # R0: convolutions on blocked layouts (schedules/conv_space.py), or R3's tiling of the nest as it is
-        convs = {n: c for n, c in find_convs(g).items() if src.choose(f"{n}.blocked", [True, False])}
+        # R0: convolutions on blocked layouts (schedules/conv_space.py), or R3's tiling of the nest as it
+        # is.  [False, True]: records written before this choice replay as before; the heuristic blocks.
+        convs = {}
+        for n, c in find_convs(g).items():
+            src.hint(f"{n}.blocked", True)
+            if src.choose(f"{n}.blocked", [False, True]):
+                convs[n] = c
         pads = {c.pad_stage for c in convs.values()}
         # R1: inline elementwise intermediates
         for st in list(g.stages):

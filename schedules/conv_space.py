@@ -360,7 +360,9 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
     if info.blocked:
         n_l, k_l, p_l, q_l, v_l = axes
         s, (k0, p0, q0), (kr, p1, q1) = split_all(s, [k_l, p_l, q_l], [kb // info.kb, pt, qt])
-        tile = [kr, p1, q1, v_l]
+        # the blocks of output channels inside the columns: each broadcast feeds every block at once
+        # (blocks outside keep all columns' broadcasts live across them: spills)
+        tile = [p1, q1, kr, v_l]
     else:
         n_l, k_l, p_l, q_l = axes
         s, (k0, p0, q0), (k1, p1, q1) = split_all(s, [k_l, p_l, q_l], [kb, pt, qt])

@@ -1,0 +1,83 @@
+"""Elementwise ops: unary maps and binary ops with ONNX's multidirectional broadcasting."""
+from __future__ import annotations
+
+import numpy as np
+
+from graph.ops.registry import OpDef, OpError, Pattern, register, same_type
+from graph.ir import TensorType
+
+
+def broadcast_shape(node, *shapes) -> tuple:
+    """numpy/ONNX multidirectional broadcasting of ``shapes``; OpError naming the node if impossible."""
+    try:
+        return tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        raise OpError(f"node {node.name} ({node.op}): shapes {' and '.join(map(str, shapes))} do not "
+                      "broadcast") from None
+
+
+def _same_dtype(node, types) -> str:
+    dtypes = {t.dtype for t in types if t is not None}
+    if len(dtypes) > 1:
+        raise OpError(f"node {node.name} ({node.op}): inputs have different dtypes {sorted(dtypes)}")
+    return dtypes.pop()
+
+
+def _binary(kind: str, fn, result_dtype=None, mixed_dtypes=False):
+    def infer(node, types):
+        # Pow's exponent may have another dtype than its base (ONNX); the result has the base's
+        dtype = types[0].dtype if mixed_dtypes else _same_dtype(node, types)
+        return [TensorType(broadcast_shape(node, *(t.shape for t in types)), result_dtype or dtype)]
+
+    def evaluate(node, arrays):
+        a, b = arrays
+        out = fn(a, b)
+        return [np.asarray(out, dtype=result_dtype or a.dtype)]
+    register(OpDef(kind, ("A", "B"), infer, evaluate, Pattern.BROADCAST))
+
+
+def _int_div(a, b):
+    if a.dtype.kind in "iu":
+        return np.trunc(a / b).astype(a.dtype)   # ONNX's integer Div truncates toward zero
+    return a / b
+
+
+_binary("Add", np.add)
+_binary("Sub", np.subtract)
+_binary("Mul", np.multiply)
+_binary("Div", _int_div)
+_binary("Pow", lambda a, b: np.power(a, b.astype(a.dtype)), mixed_dtypes=True)
+_binary("Equal", np.equal, "bool")
+_binary("Less", np.less, "bool")
+_binary("Greater", np.greater, "bool")
+
+
+
+def _erf(x):
+    # float64 erf through math.erf: numpy has none, and scipy is not a dependency
+    import math
+    return np.vectorize(math.erf, otypes=[np.float64])(x).astype(x.dtype)
+
+
+UNARY = {
+    "Relu": lambda x: np.maximum(x, 0).astype(x.dtype),
+    "Sigmoid": lambda x: (1.0 / (1.0 + np.exp(-x.astype(np.float64)))).astype(x.dtype),
+    "Tanh": np.tanh,
+    "Exp": np.exp,
+    "Log": np.log,
+    "Sqrt": np.sqrt,
+    "Neg": np.negative,
+    "Abs": np.abs,
+    "Reciprocal": lambda x: (1.0 / x).astype(x.dtype),
+    "Erf": _erf,
+    "Identity": lambda x: x,
+}
+
+
+def _unary(kind: str, fn, pattern=Pattern.ELEMWISE):
+    register(OpDef(kind, ("X",), lambda node, types: [same_type(types[0])],
+                   lambda node, arrays: [np.asarray(fn(arrays[0]), dtype=arrays[0].dtype)], pattern))
+
+
+for _kind, _fn in UNARY.items():
+    _unary(_kind, _fn)

@@ -167,7 +167,8 @@ def _group_section(key: str, recs: list, top: int, peaks, accuracy: bool) -> dic
     trials = [r for r in recs if is_trial(r)]
     origins = Counter(str(r.meta["origin"]) for r in trials if r.meta.get("origin"))
     sec = {"label": head.workload_label, "operator": head.workload_name,
-           "params": {k: head.workload_params[k] for k in head.workload_params}, "key": key,
+           "params": ({} if head.workload_name.startswith("expr:")   # (the whole expression)
+                      else {k: head.workload_params[k] for k in head.workload_params}), "key": key,
            "target": describe_target(head.target), "cpu": cpu, "threads": threads,
            "flops": head.flops, "records": len(recs), "trials": len(trials),
            "invalid": sum(1 for r in recs if str(r.error_kind) in INVALID_KINDS),

@@ -21,6 +21,10 @@ from .cmd_bench import add_parser as add_bench_parser
 from .cmd_bench import run as cmd_bench
 from .cmd_build import add_parser as add_build_parser
 from .cmd_build import run as cmd_build
+from .cmd_bench_model import add_parser as add_bench_model_parser
+from .cmd_bench_model import run as cmd_bench_model
+from .cmd_tune_model import add_parser as add_tune_model_parser
+from .cmd_tune_model import run as cmd_tune_model
 from .cmd_logs import add_parser as add_logs_parser
 from .cmd_logs import run as cmd_logs
 from .errors import CLIError
@@ -308,6 +312,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_logs_parser(sub)
     add_bench_parser(sub)
     add_build_parser(sub)
+    add_tune_model_parser(sub)
+    add_bench_model_parser(sub)
     return p
 
 
@@ -321,7 +327,8 @@ def main(argv=None) -> int:
         parser.print_help()
         return EXIT_USAGE
     handlers = {"workloads": cmd_workloads, "tune": cmd_tune, "report": cmd_report, "logs": cmd_logs,
-                "bench": cmd_bench, "build": cmd_build}
+                "bench": cmd_bench, "build": cmd_build,
+                "tune-model": cmd_tune_model, "bench-model": cmd_bench_model}
     import warnings
     saved = warnings.formatwarning
     # warnings (skipped log lines, fallbacks) are messages to the user: one line, no source excerpt

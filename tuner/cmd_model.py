@@ -76,7 +76,7 @@ def load_graph(path: str, shapes: dict):
         return load(path, shapes or None)
     except GraphError as err:
         raise CLIError(_line(err)) from None
-    except (OSError, ValueError) as err:
+    except Exception as err:  # noqa: BLE001 - a parse failure of the user's file (protobuf, onnx checker...)
         raise CLIError(f"cannot read model {path}: {_line(err)}") from None
 
 

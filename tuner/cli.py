@@ -27,6 +27,8 @@ from .cmd_tune_model import add_parser as add_tune_model_parser
 from .cmd_tune_model import run as cmd_tune_model
 from .cmd_logs import add_parser as add_logs_parser
 from .cmd_logs import run as cmd_logs
+from .cmd_model import add_parser as add_model_parser
+from .cmd_model import run as cmd_model
 from .errors import CLIError
 from .report import ARMS  # who chose the measured candidates (TuneResult.arms)
 
@@ -312,6 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_logs_parser(sub)
     add_bench_parser(sub)
     add_build_parser(sub)
+    add_model_parser(sub)
     add_tune_model_parser(sub)
     add_bench_model_parser(sub)
     return p
@@ -327,7 +330,7 @@ def main(argv=None) -> int:
         parser.print_help()
         return EXIT_USAGE
     handlers = {"workloads": cmd_workloads, "tune": cmd_tune, "report": cmd_report, "logs": cmd_logs,
-                "bench": cmd_bench, "build": cmd_build,
+                "bench": cmd_bench, "build": cmd_build, "run": cmd_model, "graph": cmd_model, "compile": cmd_model,
                 "tune-model": cmd_tune_model, "bench-model": cmd_bench_model}
     import warnings
     saved = warnings.formatwarning

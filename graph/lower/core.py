@@ -1,0 +1,144 @@
+"""What lowering an op to a tensor expression works with: values, storage dtypes, indexing helpers.
+
+A graph value becomes a :class:`Val`: a ``te.Tensor`` (a placeholder or a compute stage) read
+through ``val(*indices)``, which returns the value with its *graph* dtype's meaning. Tensor
+expressions hold float32, float64 and int32 only, so values are stored in a kernel dtype
+(:func:`storage_dtype`): int64 as int32 (indices, shapes), bool as int32 0/1. A rank-0 value is
+stored with shape ``(1,)``. Lowering functions build stages with :meth:`Ctx.emit`, which converts
+the result to the stage's storage dtype, and may add constant inputs (``Ctx.constant``).
+
+Stage names are canonical per fused group (op kind and position in the group, never a model's
+value names), so two structurally identical groups give the same workload, stage names included
+(the names tuning traces refer to).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from graph.ir import GraphError
+from tensorir import te
+
+STORAGE = {"float32": "float32", "float64": "float64", "int32": "int32", "int64": "int32", "bool": "int32"}
+"""Graph dtype -> the tensor-expression dtype its values are stored in."""
+
+
+class LoweringError(GraphError):
+    """An op, attribute or dtype the lowering does not support; one line naming the node."""
+
+
+def storage_dtype(dtype: str) -> str:
+    """The kernel dtype of values of graph dtype ``dtype`` (LoweringError if there is none)."""
+    try:
+        return STORAGE[np.dtype(dtype).name]
+    except KeyError:
+        raise LoweringError(f"dtype {dtype} has no kernel dtype (supported: {', '.join(STORAGE)})") from None
+
+
+def storage_shape(shape: tuple) -> tuple:
+    """The shape a value is stored with: rank 0 becomes ``(1,)``."""
+    return tuple(shape) if shape else (1,)
+
+
+def to_storage(array: np.ndarray) -> np.ndarray:
+    """``array`` as its kernel dtype and shape (LoweringError if an int64 value does not fit int32)."""
+    a = np.asarray(array)
+    dt = storage_dtype(a.dtype.name)
+    if a.dtype.name == "int64" and a.size and (a.min() < -2 ** 31 or a.max() >= 2 ** 31):
+        raise LoweringError(f"an int64 constant holds {a.min()}..{a.max()}, outside the int32 range kernels use")
+    return np.ascontiguousarray(a.astype(dt, copy=False).reshape(storage_shape(a.shape)))
+
+
+def from_storage(array: np.ndarray, dtype: str, shape: tuple) -> np.ndarray:
+    """A kernel buffer as the graph value of dtype ``dtype`` and shape ``shape``."""
+    a = np.asarray(array).reshape(shape)
+    if dtype == "bool":
+        return a != 0
+    return a.astype(dtype, copy=False)
+
+
+class Val:
+    """A graph value inside a workload: its stored tensor, graph dtype and graph shape."""
+
+    def __init__(self, tensor: te.Tensor, dtype: str, shape: tuple):
+        self.tensor, self.dtype, self.shape = tensor, dtype, tuple(shape)
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    def __call__(self, *idx):
+        """The element at ``idx`` (graph rank) with the graph dtype's meaning (bool: a condition)."""
+        if len(idx) != self.rank:
+            raise LoweringError(f"internal: {self.tensor.name} has rank {self.rank}, indexed with {len(idx)}")
+        read = self.tensor[tuple(idx) if idx else (0,)]
+        return te.not_equal(read, 0) if self.dtype == "bool" else read
+
+    def at(self, out_idx):
+        """The element broadcast to an output index (numpy's right-aligned broadcasting)."""
+        return self(*broadcast_index(out_idx, self.shape))
+
+
+def broadcast_index(out_idx, shape: tuple) -> list:
+    """Indices into a tensor of ``shape`` for an output index it broadcasts to (size-1 dims read 0)."""
+    out_idx = list(out_idx)
+    lead = len(out_idx) - len(shape)
+    return [0 if d == 1 else out_idx[lead + n] for n, d in enumerate(shape)]
+
+
+def lit(value, dtype: str):
+    """A constant of the kernel dtype of graph dtype ``dtype``."""
+    return te.const(value, storage_dtype(dtype) if dtype != "bool" else "bool")
+
+
+class Ctx:
+    """The state of lowering one fused group: stage names, extra constant inputs."""
+
+    def __init__(self, graph=None):
+        self.graph = graph
+        self.counts: dict = {}
+        self.constants: list = []          # (placeholder, array) added by lowerings
+
+    def constant_value(self, value: str):
+        """The array of graph constant ``value``, or None (not a constant, or no graph)."""
+        if self.graph is None or not value or value not in self.graph.constants:
+            return None
+        return self.graph.constants[value]
+
+    def scalar_constant(self, value: str):
+        """The single number of a one-element graph constant ``value``, else None."""
+        a = self.constant_value(value)
+        return None if a is None or a.size != 1 else a.reshape(-1)[0].item()
+
+    def name(self, base: str) -> str:
+        n = self.counts.get(base, 0)
+        self.counts[base] = n + 1
+        return f"{base}{n}"
+
+    def constant(self, array: np.ndarray, base: str = "const") -> Val:
+        """A constant input of the workload (e.g. a divisor map), passed by the runtime."""
+        a = np.asarray(array)
+        stored = to_storage(a)
+        ph = te.placeholder(stored.shape, stored.dtype.name, self.name(base))
+        self.constants.append((ph, stored))
+        return Val(ph, a.dtype.name, a.shape)
+
+    def emit(self, shape: tuple, dtype: str, fcompute, base: str) -> Val:
+        """A compute stage of graph ``shape`` and ``dtype``: ``fcompute(*idx)`` -> the element.
+
+        The result is converted to the storage dtype (a condition to 1/0, int64 math is int32).
+        A rank-0 value is computed with one index that ``fcompute`` does not see.
+        """
+        if any(d == 0 for d in shape):
+            raise LoweringError(f"a value of shape {shape} is empty; kernels need non-empty tensors")
+        sdt = storage_dtype(dtype)
+
+        def body(*idx):
+            e = fcompute(*(idx if shape else ()))
+            if isinstance(e, te.Reduce):
+                return e if e.dtype == sdt else te.Reduce(e.reducer, te.cast(sdt, e.source), e.axes)
+            e = te.const(e) if isinstance(e, (int, float, bool)) else e
+            if e.dtype == "bool":
+                return te.if_then_else(e, te.const(1, sdt), te.const(0, sdt))
+            return te.cast(sdt, e)
+        t = te.compute(storage_shape(shape), body, self.name(base))
+        return Val(t, dtype, shape)

@@ -1,0 +1,129 @@
+"""Compile a graph into a :class:`graph.runtime.CompiledModel`: passes, fusion, one workload per
+fused group, one kernel per DISTINCT workload (structural key) built with the best logged
+schedule for this machine (:func:`logs.build`), else the heuristic start.
+
+>>> model = compile_graph(graph, log="run.jsonl", threads=2)      # doctest: +SKIP
+>>> model.run({"x": x})
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from graph.fusion import fuse
+from graph.ir import Graph
+from graph.lower import lower_group, storage_dtype, to_storage
+from graph.lower.core import storage_shape
+from graph.runtime import Buffer, CompiledModel, Step
+
+
+def run_passes(graph: Graph, trace=None) -> Graph:
+    """The graph after the pass pipeline of ``graph.passes`` (the graph itself while there is none).
+
+    ``trace(name, graph)``, if given, is called after each pass (``graph.passes`` may accept it).
+    """
+    try:
+        from graph.passes import run_passes as pipeline
+    except ImportError:
+        return graph
+    try:
+        return pipeline(graph, trace=trace) if trace is not None else pipeline(graph)
+    except TypeError:
+        return pipeline(graph)
+
+
+@dataclass
+class Plan:
+    """What compiling produced before kernels are built: the graph, its groups and workloads."""
+    graph: Graph
+    groups: list
+    lowered: list          # LoweredGroup per group
+    seconds: float
+
+
+def plan_graph(graph: Graph, passes: bool = True) -> Plan:
+    """Passes (if ``passes``), fusion and lowering of every group (LoweringError on an unsupported op)."""
+    t0 = time.perf_counter()
+    if passes:
+        graph = run_passes(graph)
+    groups = fuse(graph)
+    lowered = [lower_group(graph, g) for g in groups]
+    return Plan(graph, groups, lowered, time.perf_counter() - t0)
+
+
+def build_kernels(plan: Plan, log=None, threads: int | None = None) -> dict:
+    """One kernel per distinct workload key: key -> Kernel (its ``lookup`` says what schedule)."""
+    from logs import build
+    kernels = {}
+    for lw in plan.lowered:
+        if lw.key not in kernels:
+            kernels[lw.key] = build(lw.tensors, log=log, threads=threads, warn=False)
+    return kernels
+
+
+def _copy(src, dst):
+    np.copyto(dst, src)
+
+
+def assemble(plan: Plan, kernels: dict, info: dict | None = None) -> CompiledModel:
+    """The CompiledModel running ``plan``'s groups with ``kernels`` (key -> callable)."""
+    graph = plan.graph
+    buffers, ids, constants = [], {}, {}
+
+    def buffer_of(value: str) -> int:
+        if value not in ids:
+            t = graph.types[value]
+            ids[value] = len(buffers)
+            buffers.append(Buffer(value, t.shape, t.dtype, storage_shape(t.shape), storage_dtype(t.dtype)))
+            if value in graph.constants:
+                constants[ids[value]] = to_storage(graph.constants[value])
+        return ids[value]
+
+    inputs = [buffer_of(v) for v in graph.inputs]
+    steps = []
+    for g, lw in zip(plan.groups, plan.lowered):
+        args = []
+        for kind, what in lw.params:
+            if kind == "value":
+                args.append(buffer_of(what))
+            else:
+                b = len(buffers)
+                buffers.append(Buffer(f"{g.name}.const{b}", what.shape, what.dtype.name, what.shape,
+                                      what.dtype.name))
+                constants[b] = what
+                args.append(b)
+        args += [buffer_of(v) for v in lw.outputs]
+        steps.append(Step(kernels[lw.key], tuple(args), g.name))
+    outputs = []
+    for v in graph.outputs:
+        b = buffer_of(v)
+        if b in inputs or b in constants or b in outputs:
+            # an output that is an input, a constant or listed twice gets a buffer of its own
+            t = graph.types[v]
+            out = len(buffers)
+            buffers.append(Buffer(v, t.shape, t.dtype, storage_shape(t.shape), storage_dtype(t.dtype)))
+            steps.append(Step(_copy, (b, out), f"copy {v}"))
+            b = out
+        outputs.append(b)
+    return CompiledModel(graph.name, buffers, inputs, outputs, constants, steps, info)
+
+
+def compile_graph(graph: Graph, log=None, threads: int | None = None, passes: bool = True) -> CompiledModel:
+    """Compile ``graph`` (see the module docstring); ``model.info`` holds the plan, the kernels and
+    the time each phase took."""
+    plan = plan_graph(graph, passes)
+    t0 = time.perf_counter()
+    kernels = build_kernels(plan, log, threads)
+    build_s = time.perf_counter() - t0
+    matches = {}
+    for k in kernels.values():
+        m = getattr(getattr(k, "lookup", None), "match", "built")
+        matches[m] = matches.get(m, 0) + 1
+    info = {"plan": plan, "kernels": kernels, "groups": len(plan.groups), "distinct_kernels": len(kernels),
+            "schedules": matches, "lower_seconds": plan.seconds, "build_seconds": build_s}
+    model = assemble(plan, kernels, info)
+    if threads is not None:
+        model.threads = threads
+    return model

@@ -41,6 +41,10 @@ def _check_window(node, initializer_shapes) -> list:
         problems.append(f"only 2-d {node.op_type} is supported (this one is {rank}-d)")
     if node.attr("auto_pad", "NOTSET") != "NOTSET" and node.attr("ceil_mode", 0):
         problems.append("ceil_mode=1 together with auto_pad is not supported")
+    if node.op_type != "Conv" and node.attr("auto_pad", "NOTSET").startswith("SAME") and \
+            any(d != 1 for d in node.attr("dilations", ())):
+        # onnxruntime sizes these windows undilated, the ONNX reference dilated: no one answer
+        problems.append("auto_pad=SAME_* together with dilations is not supported")
     if node.op_type == "MaxPool" and node.output(1):
         problems.append("the Indices output is not supported")
     return problems

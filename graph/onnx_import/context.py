@@ -117,7 +117,9 @@ class ImportContext:
         except OnnxImportError:
             raise
         except GraphError as e:
-            raise OnnxImportError(f"{node.label}: {e}") from None
+            text = str(e)
+            raise OnnxImportError(text if text.startswith(f"node {node.name} ") else f"{node.label}: {text}") \
+                from None
         return out
 
     def finish(self, outputs) -> Graph:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-# Opsets of the default domain the importer reads (ONNX's current one is added by load).
+# The oldest opset of the default domain the importer reads; the newest is the installed onnx's.
 MIN_OPSET = 13
 
 

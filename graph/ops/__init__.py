@@ -5,8 +5,8 @@ importer (Python ints/floats/strs/tuples; ONNX's attribute-like inputs become at
 The canonical op set (``Pattern`` in brackets):
 
 - unary [ELEMWISE]: Relu, Sigmoid, Tanh, Exp, Log, Sqrt, Neg, Abs, Reciprocal, Erf, Identity,
-  Clip(min, max: floats, default -inf/+inf), Cast(to: numpy dtype name), Gelu(approximate:
-  "none" | "tanh");
+  Clip(min, max: floats, default -inf/+inf), Gelu(approximate: "none" | "tanh"); Cast(to: numpy
+  dtype name) [INJECTIVE];
 - binary with multidirectional broadcasting [BROADCAST]: Add, Sub, Mul, Div, Pow, Equal, Less,
   Greater; Where(condition, X, Y) broadcasting all three;
 - [OUT_FUSABLE]: MatMul (numpy's batched semantics), Gemm(alpha, beta, transA, transB; C

@@ -128,7 +128,8 @@ def _cast_eval(node, arrays):
     return [x.astype(to)]
 
 
-register(OpDef("Cast", ("X",), _cast_infer, _cast_eval, Pattern.ELEMWISE, {"to": REQUIRED},
+# a dtype change fuses like data movement (INJECTIVE), not as an arithmetic map
+register(OpDef("Cast", ("X",), _cast_infer, _cast_eval, Pattern.INJECTIVE, {"to": REQUIRED},
                doc="x converted to the numpy dtype named by `to`"))
 
 

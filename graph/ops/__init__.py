@@ -1,9 +1,33 @@
 """Op kinds of the graph IR: for each, its inputs, attributes, type inference, numpy semantics and
-fusion pattern. The kinds and their semantics are ONNX's (attributes normalized by the importer).
+fusion pattern. The kinds and their semantics are ONNX's, with attributes normalized by the
+importer (Python ints/floats/strs/tuples; ONNX's attribute-like inputs become attributes).
+
+The canonical op set (``Pattern`` in brackets):
+
+- unary [ELEMWISE]: Relu, Sigmoid, Tanh, Exp, Log, Sqrt, Neg, Abs, Reciprocal, Erf, Identity,
+  Clip(min, max: floats, default -inf/+inf), Gelu(approximate: "none" | "tanh"); Cast(to: numpy
+  dtype name) [INJECTIVE];
+- binary with multidirectional broadcasting [BROADCAST]: Add, Sub, Mul, Div, Pow, Equal, Less,
+  Greater; Where(condition, X, Y) broadcasting all three;
+- [OUT_FUSABLE]: MatMul (numpy's batched semantics), Gemm(alpha, beta, transA, transB; C
+  optional), Conv (2-d NCHW; strides (2), pads (4: top, left, bottom, right), dilations (2),
+  group; bias optional);
+- BatchNormalization(epsilon; X, scale, B, mean, var; inference), LayerNormalization(axis >= 0,
+  epsilon; X, Scale, B?) [REDUCE], Gelu - defined in ``normalization``;
+- [REDUCE]: MaxPool(kernel_shape, strides, pads, dilations, ceil_mode), AveragePool(kernel_shape,
+  strides, pads, count_include_pad, ceil_mode), GlobalAveragePool, Softmax(axis >= 0),
+  ReduceMean, ReduceSum, ReduceMax(axes: sorted non-negative tuple, keepdims: 0 | 1);
+- [INJECTIVE]: Transpose(perm), Reshape(shape: final static shape), Concat(axis >= 0),
+  Slice(starts, ends, axes, steps: normalized and clamped), Gather(axis >= 0; indices an input),
+  Expand(shape: final static shape).
+
+ONNX's Flatten, Squeeze and Unsqueeze become Reshape; Shape, ConstantOfShape, Range, Constant
+and anything computable from static shapes are folded by the importer; Dropout (inference) and
+Identity are dropped (an Identity is kept only to give a graph output its ONNX name).
 
 >>> from graph.ops import get_op
 >>> get_op("Relu").pattern
 <Pattern.ELEMWISE: 0>
 """
 from graph.ops.registry import OpDef, Pattern, UnknownOpError, all_ops, get_op, register  # noqa: F401
-from graph.ops import elementwise, linalg  # noqa: F401  (registration)
+from graph.ops import elementwise, linalg, pool, reduce, shape  # noqa: F401  (registration)

@@ -6,4 +6,4 @@ fusion pattern. The kinds and their semantics are ONNX's (attributes normalized 
 <Pattern.ELEMWISE: 0>
 """
 from graph.ops.registry import OpDef, Pattern, UnknownOpError, all_ops, get_op, register  # noqa: F401
-from graph.ops import elementwise, linalg  # noqa: F401  (registration)
+from graph.ops import elementwise, linalg, normalization  # noqa: F401  (registration)

@@ -126,7 +126,8 @@ class Wildcard(ValuePattern):
 class Constant(ValuePattern):
     """A graph constant.
 
-    ``value``: every element must be close to it (``rtol``, ``atol``); ``scalar``: the constant
+    ``value``: every element must be close to it (``rtol``, ``atol``; a rule replacing ``x * 1``
+    by ``x`` still checks that broadcasting did not change the shape); ``scalar``: the constant
     must have exactly one element; ``where(array)``: any predicate on the array.
     """
 
@@ -139,7 +140,7 @@ class Constant(ValuePattern):
             tracer.fail(state, path, repr(self), describe_value(graph, value))
             return
         array = graph.constants[value]
-        if (self.scalar or self.value is not None) and array.size != 1:
+        if self.scalar and array.size != 1:
             tracer.fail(state, path, repr(self), f"constant {value} of shape {array.shape}")
         elif self.value is not None and not (array.dtype.kind in "fiub" and np.allclose(
                 array.astype(np.float64), self.value, rtol=self.rtol, atol=self.atol)):
@@ -150,7 +151,8 @@ class Constant(ValuePattern):
             yield state
 
     def __repr__(self) -> str:
-        return "Constant()" if self.value is None else f"Constant({self.value:g})"
+        args = [] if self.value is None else [f"{self.value:g}"]
+        return f"Constant({', '.join(args + (['scalar=True'] if self.scalar else []))})"
 
 
 def _array_text(array) -> str:

@@ -120,12 +120,13 @@ class RuleStats:
 class Rewriter:
     """Applies a rule table to graphs, to a fixpoint (default) or in a single sweep.
 
-    A sweep visits the nodes in graph order; at each, the rules in priority order, the first
-    whose pattern matches and whose callback returns a replacement wins. ``stats`` accumulates
-    per-rule counts over every ``run``.
+    A sweep visits the nodes in graph order (``reverse``: consumers first, so the largest match
+    rooted at a chain's end wins over a smaller one inside it); at each, the rules in priority
+    order, the first whose pattern matches and whose callback returns a replacement wins.
+    ``stats`` accumulates per-rule counts over every ``run``.
     """
 
-    def __init__(self, rules, max_sweeps: int = 50):
+    def __init__(self, rules, max_sweeps: int = 50, reverse: bool = False):
         rules = list(rules)
         names = [r.name for r in rules]
         dup = sorted({n for n in names if names.count(n) > 1})
@@ -133,6 +134,7 @@ class Rewriter:
             raise ValueError(f"rule names must be unique; repeated: {', '.join(dup)}")
         self.rules = tuple(sorted(rules, key=lambda r: -r.priority))
         self.max_sweeps = max_sweeps
+        self.reverse = reverse
         self.stats = {r.name: RuleStats() for r in rules}
 
     def run(self, graph: Graph, once: bool = False) -> Graph:
@@ -147,7 +149,8 @@ class Rewriter:
 
     def _sweep(self, graph: Graph):
         changed = False
-        for name in [n.name for n in graph.nodes]:
+        names = [n.name for n in graph.nodes]
+        for name in reversed(names) if self.reverse else names:
             node = _node_named(graph, name)
             if node is None:
                 continue
@@ -194,9 +197,9 @@ def _node_named(graph: Graph, name: str) -> Node | None:
     return index.get(name)
 
 
-def rewrite(graph: Graph, rules, once: bool = False) -> Graph:
+def rewrite(graph: Graph, rules, once: bool = False, reverse: bool = False) -> Graph:
     """``graph`` rewritten by the rule table ``rules`` (see :class:`Rewriter`)."""
-    return Rewriter(rules).run(graph, once=once)
+    return Rewriter(rules, reverse=reverse).run(graph, once=once)
 
 
 # ------------------------------------------------------------------ applying a replacement

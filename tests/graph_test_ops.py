@@ -50,3 +50,18 @@ _DEFS = [
 for _op in _DEFS:
     if _op.kind not in all_ops():
         register(_op)
+
+
+def _expand_infer(node, types):
+    shape = tuple(node.attr("shape"))
+    try:
+        out = tuple(np.broadcast_shapes(types[0].shape, shape))
+    except ValueError:
+        raise OpError(f"node {node.name} (Expand): {types[0].shape} does not broadcast to {shape}") from None
+    return [TensorType(out, types[0].dtype)]
+
+
+if "Expand" not in all_ops():
+    register(OpDef("Expand", ("input",), _expand_infer,
+                   lambda node, a: [np.broadcast_to(a[0], np.broadcast_shapes(a[0].shape, node.attr("shape")))],
+                   Pattern.INJECTIVE, {"shape": ()}))

@@ -22,6 +22,11 @@ def _drop(name: str = "x"):
 X = Wildcard().bind("x")
 
 
+def _exactly(value: float) -> Constant:
+    # Neutral elements must be exact: ``var + 1e-12`` is an epsilon, not ``var + 0``.
+    return Constant(value, rtol=0.0, atol=0.0)
+
+
 def _reshape_reshape(graph, m):
     r = Emitter(graph)
     return r.replace_with(r.op("Reshape", [m["x"]], name=m.root_node.name, shape=m.root_node.attr("shape")))
@@ -50,11 +55,11 @@ def _identity_perm(perm) -> bool:
 
 SIMPLIFY_RULES = (
     Rule("identity", Op("Identity", args=[X]), _drop()),
-    Rule("mul-one", Op("Mul", args=[X, Constant(1.0)]), _drop()),
-    Rule("div-one", Op("Div", args=[X, Constant(1.0)]), _drop()),
-    Rule("pow-one", Op("Pow", args=[X, Constant(1.0)]), _drop()),
-    Rule("add-zero", Op("Add", args=[X, Constant(0.0)]), _drop()),
-    Rule("sub-zero", Op("Sub", args=[X, Constant(0.0)]), _drop()),
+    Rule("mul-one", Op("Mul", args=[X, _exactly(1.0)]), _drop()),
+    Rule("div-one", Op("Div", args=[X, _exactly(1.0)]), _drop()),
+    Rule("pow-one", Op("Pow", args=[X, _exactly(1.0)]), _drop()),
+    Rule("add-zero", Op("Add", args=[X, _exactly(0.0)]), _drop()),
+    Rule("sub-zero", Op("Sub", args=[X, _exactly(0.0)]), _drop()),
     Rule("reshape-same-shape", Op("Reshape", args=[X], where=_reshape_to_same_shape), _drop(), priority=1),
     Rule("reshape-reshape", Op("Reshape", args=[Op("Reshape", args=[X])]), _reshape_reshape),
     Rule("transpose-identity", Op("Transpose", args=[X], attrs={"perm": _identity_perm}), _drop(), priority=1),

@@ -287,7 +287,7 @@ class OneOf(ValuePattern):
             yield from alt.matches(graph, value, state, f"{path}.alt[{i}]", tracer)
 
     def __repr__(self) -> str:
-        return " | ".join(map(repr, self.alternatives))
+        return "(" + " | ".join(map(repr, self.alternatives)) + ")"
 
 
 class Bind(ValuePattern):

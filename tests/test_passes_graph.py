@@ -374,3 +374,95 @@ def test_pipeline_recognizes_a_bert_style_block():
     assert out.op_counts() == {"MatMul": 1, "Gelu": 1, "Add": 1, "LayerNormalization": 1}
     assert math.isclose(out.nodes[-1].attr("epsilon"), 1e-12, rel_tol=1e-5)
     _same_numbers(g, out, rtol=1e-4, atol=1e-5)
+
+
+# ------------------------------------------------------------------ property: the pipeline keeps the numbers
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+UNARY_KINDS = ("Relu", "Tanh", "Sigmoid", "Neg", "Abs", "Identity", "Erf", "Gelu")
+STEPS = ("unary", "binary-const", "binary", "matmul", "reshape", "transpose", "batchnorm", "const-expr",
+         "duplicate", "linear-batchnorm", "gelu", "layernorm")
+
+
+@st.composite
+def random_graphs(draw):
+    """Small random DAGs of registered ops, with constants that are often exactly 0 or 1."""
+    rng = np.random.default_rng(draw(st.integers(0, 2 ** 16)))
+    b = GraphBuilder("random")
+    shape = (draw(st.sampled_from([2, 3])), draw(st.sampled_from([2, 4])))
+    values = [b.input("x", shape)]
+    if draw(st.booleans()):
+        values.append(b.input("y", shape))
+
+    def const(v_shape, kind=None):
+        kind = kind or draw(st.sampled_from(["zero", "one", "two", "half", "random"]))
+        if kind == "random":
+            return b.constant(None, (rng.uniform(0.5, 1.5, v_shape) * rng.choice([-1, 1], v_shape)).astype(F32))
+        fill = {"zero": 0.0, "one": 1.0, "two": 2.0, "half": -0.5}[kind]
+        return b.constant(None, np.full(v_shape, fill, F32))
+
+    for _ in range(draw(st.integers(1, 8))):
+        step = draw(st.sampled_from(STEPS))
+        v = draw(st.sampled_from(values))
+        t = b.types[v].shape
+        if step == "unary":
+            out = b.op(draw(st.sampled_from(UNARY_KINDS)), [v])
+        elif step == "binary-const":
+            kind = draw(st.sampled_from(["Add", "Sub", "Mul", "Div"]))
+            c = const(draw(st.sampled_from([(), t[-1:], t])), "one" if kind == "Div" and draw(st.booleans())
+                      else ("random" if kind == "Div" else None))
+            out = b.op(kind, [v, c] if kind in ("Sub", "Div") or draw(st.booleans()) else [c, v])
+        elif step == "binary":
+            same = [w for w in values if b.types[w].shape == t]
+            out = b.op(draw(st.sampled_from(["Add", "Sub", "Mul"])), [v, draw(st.sampled_from(same))])
+        elif step == "matmul" and len(t) == 2:
+            n = draw(st.sampled_from([2, 3, 4]))
+            out = b.op("MatMul", [v, b.constant(None, (rng.standard_normal((t[1], n)) / t[1]).astype(F32))])
+        elif step == "reshape":
+            out = b.op("Reshape", [v], shape=(t[::-1] if draw(st.booleans()) else (int(np.prod(t)),)))
+        elif step == "transpose":
+            out = b.op("Transpose", [v], perm=tuple(reversed(range(len(t)))))
+        elif step == "batchnorm" and len(t) >= 2:
+            c = t[1]
+            params = [rng.uniform(0.5, 1.5, c), rng.standard_normal(c), rng.standard_normal(c),
+                      rng.uniform(0.5, 1.5, c)]
+            out = b.op("BatchNormalization", [v] + [b.constant(None, p.astype(F32)) for p in params])
+        elif step == "linear-batchnorm" and len(t) == 2:
+            w = b.constant(None, (rng.standard_normal((t[1], 3)) / t[1]).astype(F32))
+            y = b.op("MatMul", [v, w]) if draw(st.booleans()) else b.op("Gemm", [v, w, const((3,))])
+            params = [rng.uniform(0.5, 1.5, 3), rng.standard_normal(3), rng.standard_normal(3),
+                      rng.uniform(0.5, 1.5, 3)]
+            out = b.op("BatchNormalization", [y] + [b.constant(None, p.astype(F32)) for p in params])
+        elif step == "gelu":
+            scaled = b.op("Div", [v, b.constant(None, np.array(math.sqrt(2), F32))])
+            one_plus = b.op("Add", [b.op("Erf", [scaled]), const((), "one")])
+            out = b.op("Mul", [b.op("Mul", [v, b.constant(None, np.array(0.5, F32))]), one_plus])
+        elif step == "layernorm":
+            axes = (len(t) - 1,)
+            d = b.op("Sub", [v, b.op("ReduceMean", [v], axes=axes, keepdims=1)])
+            var = b.op("ReduceMean", [b.op("Mul", [d, d])], axes=axes, keepdims=1)
+            normed = b.op("Div", [d, b.op("Sqrt", [b.op("Add", [var, const((), "one")])])])
+            out = b.op("Add", [b.op("Mul", [normed, const(t[-1:], "random")]), const(t[-1:])])
+        elif step == "const-expr":
+            c = b.op("Mul", [const(t[-1:], "random"), const((), "two")])
+            out = b.op("Add", [v, b.op("Relu", [c])])
+        elif step == "duplicate" and b.nodes:
+            node = draw(st.sampled_from(b.nodes))
+            out = b.op(node.op, list(node.inputs), **node.attr_dict)
+        else:
+            continue
+        values.append(out)
+    outputs = [values[-1]]
+    extra = draw(st.sampled_from(values))
+    if extra not in outputs and draw(st.booleans()):
+        outputs.append(extra)
+    return b.build(outputs)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_graphs())
+def test_the_pipeline_never_changes_a_random_graphs_numbers(g):
+    out = run_passes(g)
+    assert out.inputs == g.inputs and out.outputs == g.outputs
+    _same_numbers(g, out, rtol=1e-4, atol=1e-5)

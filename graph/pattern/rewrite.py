@@ -176,7 +176,7 @@ class Rewriter:
                 continue
             if isinstance(result, str):
                 result = Replacement(result)
-            if result.value == value and not result.nodes:
+            if _is_noop(graph, value, result):
                 continue
             stats.rewrites += 1
             return apply_replacement(graph, m, result, rule.name)
@@ -187,6 +187,18 @@ class Rewriter:
         width = max((len(n) for n in self.stats), default=4)
         return "\n".join(f"  {name:<{width}}  attempts {s.attempts:>5}  matches {s.matches:>4}  "
                          f"rewrites {s.rewrites:>4}" for name, s in self.stats.items())
+
+
+def _is_noop(graph: Graph, root: str, repl: Replacement) -> bool:
+    """Whether applying ``repl`` would give back the same graph: the root itself, or a graph
+    output that already is the Identity the driver would put there to keep its name."""
+    if repl.nodes:
+        return False
+    if repl.value == root:
+        return True
+    node = graph.producer(root)
+    pinned = repl.value in graph.inputs or graph.is_constant(repl.value) or repl.value in graph.outputs
+    return root in graph.outputs and pinned and node.op == "Identity" and node.inputs == (repl.value,)
 
 
 def _node_named(graph: Graph, name: str) -> Node | None:

@@ -281,3 +281,31 @@ def test_a_rule_that_never_settles_is_stopped():
 def test_docstring_examples(module):
     result = doctest.testmod(importlib.import_module(f"graph.pattern.{module}"))
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_ops_with_several_outputs_match_by_output_index():
+    from graph.ir import Graph, Node, TensorType
+    t = TensorType((4,))
+    g = Graph("multi", ["x"], ["s"], [Node("split", "Split2", ["x"], ["a", "b"]),
+                                      Node("sum", "Add", ["b", "a"], ["s"])],
+              {"x": t, "a": t, "b": t, "s": t})
+    first, second = Op("Split2", output=0).bind("first"), Op("Split2", output=1).bind("second")
+    m = match(g, Op("Add", args=[first, second]), at="s")
+    assert m is not None and (m["first"], m["second"]) == ("a", "b")          # via the swapped order
+    assert m.bindings["first"] is m.bindings["second"] is g.node("split") and len(m.nodes) == 2
+    assert match(g, Op("Split2", output=None), at="b") is not None
+    assert explain(g, Op("Split2"), at="b") == \
+        "no match at b: Op('Split2'): expected Op('Split2') output 0, found output 1 of node split"
+
+
+def test_a_name_bound_on_alternatives_of_ops_binds_the_node_and_explain_can_list_every_attempt():
+    g = _mul_graph()
+    m = match(g, (Op("Add") | Op("Mul")).bind("op"), at="mul")
+    assert m.bindings["op"] is g.node("mul")
+    m = match(g, (Op("Add") | Wildcard()).bind("v"), at="mul")
+    assert m.bindings["v"] == "mul"
+    text = explain(g, Op("Mul", args=[Wildcard(), Constant(2.0)]), at="mul", detail=True)
+    lines = text.splitlines()
+    assert lines[0] == "no match at mul: Op('Mul').args[1]: expected Constant(2), found constant c = 0.5"
+    assert lines[1:] == ["  Op('Mul').args[1]: expected Constant(2), found constant c = 0.5",
+                         "  Op('Mul').args[1] (operands swapped): expected Constant(2), found input x"]

@@ -1,7 +1,7 @@
 """What a graph pass is: a named pure function ``Graph -> Graph`` (the same object when nothing changed).
 
-Rule-based passes (:class:`RulePass`) apply a rule table with the pattern rewriter and keep the
-per-rule counts of their last run, which ``run_passes(..., verbose=True)`` prints.
+Rule-based passes (:class:`RulePass`) apply a rule table with the pattern rewriter; ``run``
+also returns the per-rule counts, which ``run_passes(..., verbose=True)`` prints.
 """
 from __future__ import annotations
 
@@ -22,26 +22,19 @@ class GraphPass:
         return self.fn(graph)
 
 
+@dataclass(frozen=True)
 class RulePass:
-    """A pass that rewrites with a rule table (to a fixpoint, or one sweep when ``once``).
+    """A pass that rewrites with a rule table (to a fixpoint, or one sweep when ``once``;
+    consumers first when ``reverse``)."""
+    name: str
+    rules: tuple
+    once: bool = False
+    reverse: bool = False
 
-    ``last_stats`` holds the per-rule counts (attempts, matches, rewrites) of the latest call.
-    """
-
-    def __init__(self, name: str, rules, once: bool = False, reverse: bool = False):
-        self.name = name
-        self.rules = tuple(rules)
-        self.once = once
-        self.reverse = reverse
-        self.last_stats: dict = {}
-        self.last_report = ""
+    def run(self, graph: Graph) -> tuple:
+        """(the rewritten graph, the :class:`~graph.pattern.Rewriter` with its per-rule counts)."""
+        rewriter = Rewriter(self.rules, reverse=self.reverse)
+        return rewriter.run(graph, once=self.once), rewriter
 
     def __call__(self, graph: Graph) -> Graph:
-        rewriter = Rewriter(self.rules, reverse=self.reverse)
-        out = rewriter.run(graph, once=self.once)
-        self.last_stats = rewriter.stats
-        self.last_report = rewriter.format_stats()
-        return out
-
-    def __repr__(self) -> str:
-        return f"RulePass({self.name!r}, {len(self.rules)} rules)"
+        return self.run(graph)[0]

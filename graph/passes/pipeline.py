@@ -48,12 +48,16 @@ def run_passes(graph: Graph, passes=None, print_after: bool | Callable | tuple =
     for p in (PIPELINE if passes is None else passes):
         p = get_pass(p) if isinstance(p, str) else p
         before = graph
-        graph = p(graph)
+        rewriter = None
+        if isinstance(p, RulePass):
+            graph, rewriter = p.run(graph)
+        else:
+            graph = p(graph)
         if verbose:
             state = "unchanged" if graph is before else f"{len(before.nodes)} -> {len(graph.nodes)} nodes"
             log(f"pass {p.name}: {state}")
-            if isinstance(p, RulePass) and p.last_report:
-                log(p.last_report)
+            if rewriter is not None:
+                log(rewriter.format_stats())
         if callable(print_after):
             print_after(p.name, graph)
         elif print_after is True or (print_after and p.name in print_after):

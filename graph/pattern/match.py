@@ -107,11 +107,12 @@ def match_all(graph: Graph, pattern: ValuePattern) -> list:
     return found
 
 
-def explain(graph: Graph, pattern: ValuePattern, at) -> str:
+def explain(graph: Graph, pattern: ValuePattern, at, detail: bool = False) -> str:
     """Why ``pattern`` does (not) match at ``at``, in one line.
 
     On failure: the sub-pattern that failed furthest into the match, what it expected and what
     it found, e.g. ``Op('BatchNormalization').args[0]: expected Op('Conv'), found MatMul at node mm1``.
+    ``detail`` adds one line per failed attempt (alternatives, operand orders), furthest first.
     """
     value = _root_value(graph, at)
     tracer = Tracer()
@@ -121,4 +122,8 @@ def explain(graph: Graph, pattern: ValuePattern, at) -> str:
         return f"matched at {value}: nodes {', '.join(n.name for n in m.nodes)}" + \
             (f"; binds {binds}" if binds else "")
     path, expected, found = tracer.deepest()
-    return f"no match at {value}: {path}: expected {expected}, found {found}"
+    text = f"no match at {value}: {path}: expected {expected}, found {found}"
+    if detail:
+        ranked = sorted(tracer.failures, key=lambda f: (-f[0], -f[1]))
+        text += "".join(f"\n  {p}: expected {e}, found {f}" for _, _, p, e, f in ranked)
+    return text

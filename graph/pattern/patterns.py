@@ -306,7 +306,7 @@ class Bind(ValuePattern):
         for s in self.pattern.matches(graph, value, state, path, tracer):
             if bound is None:
                 s = s.copy()
-                node = graph.producer(value) if isinstance(_unwrap(self.pattern), Op) else None
+                node = graph.producer(value) if _matches_a_node(self.pattern) else None
                 s.bindings[self.name] = (value, node)
             yield s
 
@@ -314,10 +314,13 @@ class Bind(ValuePattern):
         return f"{self.pattern!r}.bind({self.name!r})"
 
 
-def _unwrap(pattern: ValuePattern) -> ValuePattern:
-    while isinstance(pattern, Bind):
-        pattern = pattern.pattern
-    return pattern
+def _matches_a_node(pattern: ValuePattern) -> bool:
+    """Whether ``pattern`` only matches values computed by a node it matched (then a bind names the node)."""
+    if isinstance(pattern, Bind):
+        return _matches_a_node(pattern.pattern)
+    if isinstance(pattern, OneOf):
+        return all(_matches_a_node(p) for p in pattern.alternatives)
+    return isinstance(pattern, Op)
 
 
 def bind(name: str, pattern: ValuePattern | None = None) -> ValuePattern:

@@ -30,4 +30,4 @@ Identity are dropped (an Identity is kept only to give a graph output its ONNX n
 <Pattern.ELEMWISE: 0>
 """
 from graph.ops.registry import OpDef, Pattern, UnknownOpError, all_ops, get_op, register  # noqa: F401
-from graph.ops import elementwise, linalg, pool, reduce, shape  # noqa: F401  (registration)
+from graph.ops import elementwise, linalg, normalization, pool, reduce, shape  # noqa: F401  (registration)

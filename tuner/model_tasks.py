@@ -23,7 +23,7 @@ MIN_TUNED_FLOPS = 1 << 20
 class ModelTask:
     """One distinct fused group of a model."""
     index: int
-    label: str                  # e.g. "Conv+Add+Relu 1x64x56x56"
+    label: str                  # e.g. "Conv+Add+Relu 1x64x56x56->1x64x56x56"
     ops: tuple                  # op kinds of the group, in order
     spec: WorkloadSpec
     weight: int                 # occurrences in the model
@@ -41,9 +41,13 @@ def _has_reduction(tensors) -> bool:
 
 
 def group_label(group, graph) -> str:
-    """``"Conv+Add+Relu 1x64x56x56"``: the group's op kinds and its (first) output's shape."""
-    shape = graph.types[group.outputs[0]].shape
-    return f"{'+'.join(n.op for n in group.nodes)} {'x'.join(map(str, shape)) or 'scalar'}"
+    """``"Conv+Add+Relu 1x64x56x56->1x64x56x56"``: the group's op kinds, the shape of its first input
+    that is not a constant, and its (first) output's shape."""
+    def dims(value):
+        return "x".join(map(str, graph.types[value].shape)) or "scalar"
+    data = [v for v in group.inputs if v not in graph.constants]
+    shapes = f"{dims(data[0])}->{dims(group.outputs[0])}" if data else dims(group.outputs[0])
+    return f"{'+'.join(n.op for n in group.nodes)} {shapes}"
 
 
 def extract_tasks(graph, groups: list, lowered: list, min_flops: int = MIN_TUNED_FLOPS) -> list:

@@ -30,6 +30,7 @@ def add_parser(sub) -> None:
     p.add_argument("--shape", action="append", default=[], metavar="NAME=DIMS",
                    help="pin an input's shape, e.g. x=1x3x224x224 (repeatable)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rounds", type=int, default=5, help="alternating rounds of the final timing (default 5)")
     p.add_argument("--json", action="store_true", help="print one JSON object with the results")
     p.add_argument("--quiet", action="store_true", help="no task table while tuning")
 
@@ -39,6 +40,8 @@ def _check(args) -> None:
         raise CLIError(f"--trials must be >= 1, got {args.trials}")
     if args.threads is not None and args.threads < 1:
         raise CLIError(f"--threads must be >= 1, got {args.threads}")
+    if args.rounds < 1:
+        raise CLIError(f"--rounds must be >= 1, got {args.rounds}")
     if args.timeout is not None and args.timeout <= 0:
         raise CLIError(f"--timeout must be > 0, got {args.timeout:g}")
 
@@ -99,7 +102,7 @@ def run(args) -> int:
     proto = model_proto(args.model)
     ort, ort_why = ort_session(proto, args.threads) if proto is not None else (None, "model not readable by onnx")
     say("timing the model: tuned, untuned" + (" and onnxruntime" if ort is not None else "") + " side by side ...")
-    times = time_models({"tuned": tuned, "untuned": untuned}, feeds, args.threads, ort)
+    times = time_models({"tuned": tuned, "untuned": untuned}, feeds, args.threads, ort, rounds=args.rounds)
 
     rows = task_rows(scheduler, tasks) if result is not None else []
     out = {"model": args.model, "trials": result.trials if result else 0, "budget": args.trials,

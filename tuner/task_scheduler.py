@@ -148,6 +148,7 @@ class TaskScheduler:
         tuner = self._tuner(st)
         want = min(self.round_trials, self.config.trials - self.trials)
         before = tuner.state.measured
+        tuner.config.trials = before + want     # the tuner's batches stop at the round's end
         try:
             while tuner.state.measured - before < want:
                 if tuner.step() is None:

@@ -36,6 +36,9 @@ def test_tune_model_spends_the_budget_checks_outputs_and_resumes(small_mlp, tmp_
     assert again["trials"] == 8
     trials = [json.loads(line) for line in open(log)]
     assert len({r["workload_key"] for r in trials}) == 2
+    # every record says which model task it belongs to (the report's model section reads this)
+    assert {(r["meta"]["model"], r["meta"]["task"], r["meta"]["weight"]) for r in trials} == {("mlp.onnx", 0, 1),
+                                                                                            ("mlp.onnx", 1, 1)}
 
 
 def test_bench_model_matches_onnxruntime(small_mlp, capsys):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import time
 
@@ -72,6 +73,7 @@ def run(args) -> int:
     except ValueError as err:
         raise CLIError(str(err)) from None
     log_path = args.log or str(default_log_path())
+    model_name = os.path.basename(args.model)
     log = TuningLog(log_path)
     say = (lambda *a: None) if args.quiet or args.json else (lambda *a: print(*a, file=sys.stderr, flush=True))
     say(f"{graph.name}: {len(plan.groups)} fused groups, {len(tasks)} distinct kernels, {len(chosen)} tuned "
@@ -85,7 +87,7 @@ def run(args) -> int:
 
     result = None
     if chosen:
-        scheduler = TaskScheduler([t.task() for t in chosen],
+        scheduler = TaskScheduler([t.task(model_name) for t in chosen],
                                   SchedulerConfig(trials=args.trials, strategy=args.strategy, timeout_s=args.timeout),
                                   TuneConfig(threads=args.threads, seed=args.seed), log=log,
                                   progress=TableProgress(tasks, enabled=not (args.quiet or args.json)))

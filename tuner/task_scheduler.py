@@ -38,6 +38,7 @@ class Task:
     weight: int = 1
     tag: str = ""          # tasks with the same tag bound each other's expected speed ("" = none)
     name: str = ""         # shown in the progress table (default: the workload's label)
+    meta: dict = field(default_factory=dict)   # added to every log record of the task (model, task id)
 
     @property
     def label(self) -> str:
@@ -132,7 +133,10 @@ class TaskScheduler:
     def _tuner(self, st: TaskState) -> Tuner:
         if st.tuner is None:
             # a task may take the whole budget; the scheduler stops it round by round
-            st.tuner = self.make_tuner(st.task, self.config.trials).start()
+            st.tuner = self.make_tuner(st.task, self.config.trials)
+            if st.task.meta and hasattr(st.tuner, "candidates"):
+                st.tuner.candidates.meta.update(st.task.meta)
+            st.tuner.start()
             if st.tuner.state.best is not None:      # tuned before (the log): no warm-up round needed
                 st.history.append(st.latency)
         elif not st.tuner.measurer.running:

@@ -64,6 +64,7 @@ class TaskState:
     tuner: Tuner | None = None
     rounds: int = 0
     trials: int = 0                 # measured in this run
+    seconds: float = 0.0            # wall time of its rounds (and of its end: finalists)
     history: list = field(default_factory=list)   # best latency after each round
     dead: str | None = None         # why the task gets no more rounds
     result: TuneResult | None = None
@@ -149,6 +150,7 @@ class TaskScheduler:
         if self.started is None:
             self.started = time.perf_counter()
         st = self.states[index]
+        t0 = time.perf_counter()
         tuner = self._tuner(st)
         want = min(self.round_trials, self.config.trials - self.trials)
         before = tuner.state.measured
@@ -161,6 +163,7 @@ class TaskScheduler:
         finally:
             tuner.measurer.close()     # idle tasks keep no worker processes
         done = tuner.state.measured - before
+        st.seconds += time.perf_counter() - t0
         st.trials += done
         st.rounds += 1
         st.history.append(st.latency)
@@ -245,8 +248,10 @@ class TaskScheduler:
             raise
         for s in self.states:
             if s.tuner is not None:
+                t0 = time.perf_counter()
                 if not s.tuner.measurer.running:
                     s.tuner.measurer.start()
                 s.result = s.tuner.finish()
+                s.seconds += time.perf_counter() - t0
         return SchedulerResult(self.states, self.trials, time.perf_counter() - self.started, self.history,
                                self.order, stop)

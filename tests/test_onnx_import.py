@@ -222,3 +222,11 @@ def test_a_shape_error_in_the_model_names_the_onnx_node_once():
                    [_f("y", [2, 3])])
     with pytest.raises(OnnxImportError, match=r"^node add \(Add\): shapes \(2, 3\) and \(4,\) do not broadcast$"):
         load_onnx(model)
+
+
+def test_printed_graph_shows_the_onnx_names():
+    text = str(load_onnx(onnx_models.mobilenet_block(channels=4, expansion=2, size=6)))
+    assert text.splitlines()[0] == "graph mobilenet_block(input: float32[1,4,6,6]) -> (output: float32[1,4,6,6])"
+    assert ("/conv/1/Conv_output_0: float32[1,8,6,6] = Conv(/conv/0/relu6/Clip_output_0, conv.1.weight, "
+            "conv.1.bias; dilations=[1,1], group=8, pads=[1,1,1,1], strides=[1,1])  # /conv/1/Conv") in text
+    assert "output: float32[1,4,6,6] = Add(input, /conv/2/Conv_output_0)  # /add/Add" in text

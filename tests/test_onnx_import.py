@@ -130,13 +130,18 @@ def test_opsets_outside_13_to_current_are_refused_in_one_line(opset):
         load_onnx(model)
 
 
-def test_attribute_like_input_computed_at_run_time_is_refused_naming_the_node():
-    nodes = [helper.make_node("Reshape", ["x", "s"], ["y"], name="dyn")]
+def test_attribute_like_inputs_computed_at_run_time_are_refused_naming_each_node():
+    nodes = [helper.make_node("Reshape", ["x", "s"], ["r"], name="dyn"),
+             helper.make_node("Relu", ["r"], ["y"], name="after"),             # downstream: not reported
+             helper.make_node("Unsqueeze", ["x", "s"], ["u"], name="dyn2"),
+             helper.make_node("Relu", ["x"], ["z"], name="fine")]
     model = _model(nodes, [_f("x", [2, 3]), helper.make_tensor_value_info("s", TensorProto.INT64, [2])],
-                   [_f("y", [3, 2])])
-    with pytest.raises(OnnxImportError, match=r"node dyn \(Reshape\): shape \('s'\) must be a constant or "
-                                              "computable from static shapes"):
+                   [_f("y", [3, 2]), _f("u", [2, 1, 3, 1]), _f("z", [2, 3])])
+    with pytest.raises(OnnxImportError) as err:
         load_onnx(model)
+    assert str(err.value) == ("m: cannot import: node dyn (Reshape): shape ('s') must be a constant or computable "
+                              "from static shapes; node dyn2 (Unsqueeze): axes ('s') must be a constant or "
+                              "computable from static shapes")
 
 
 # ------------------------------------------------------------------ symbolic dimensions
@@ -220,7 +225,7 @@ def test_supported_ops_cover_the_issue_list():
 def test_a_shape_error_in_the_model_names_the_onnx_node_once():
     model = _model([helper.make_node("Add", ["x", "z"], ["y"], name="add")], [_f("x", [2, 3]), _f("z", [4])],
                    [_f("y", [2, 3])])
-    with pytest.raises(OnnxImportError, match=r"^node add \(Add\): shapes \(2, 3\) and \(4,\) do not broadcast$"):
+    with pytest.raises(OnnxImportError, match=r"^m: cannot import: node add \(Add\): shapes \(2, 3\) and \(4,\) do not broadcast$"):
         load_onnx(model)
 
 

@@ -370,7 +370,7 @@ def test_expand_bidirectional(x_shape, shape, opset):
 def test_shape_plumbing_is_folded_from_static_shapes():
     """Shape(start)/Gather/Equal/Where/ConstantOfShape/Range/Cast/Concat/Expand on shapes leave no trace."""
     x = rand(2, 3, 4)
-    i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+    i64 = lambda *v: np.array(v, np.int64)
     nodes = [
         node("Shape", ["x"], ["s"], start=1),                        # [3, 4]
         node("Shape", ["s"], ["ss"]),                                 # [2]

@@ -11,8 +11,8 @@ import numpy as np
 
 from graph.builder import GraphBuilder
 from graph.ir import Graph, GraphError, Node, TensorType
-from graph.ops.registry import get_op, infer_types
 from graph.onnx_import.errors import OnnxImportError, OnnxNode
+from graph.ops.registry import get_op, infer_types
 
 
 def sanitize(name: str) -> str:

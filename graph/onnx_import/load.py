@@ -31,7 +31,7 @@ def _read(source) -> tuple:
         raise OnnxImportError(f"{path}: no such file")
     try:
         return onnx.load(path), path
-    except Exception as e:        # protobuf and onnx raise many types for a corrupt file
+    except Exception as e:  # noqa: BLE001  (protobuf and onnx raise many types for a corrupt file)
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise OnnxImportError(f"{path}: not a readable ONNX model ({first})") from None
 

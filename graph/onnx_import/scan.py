@@ -9,9 +9,9 @@ from __future__ import annotations
 import onnx
 from onnx import helper
 
-from graph.ops.elementwise import DTYPES
 from graph.onnx_import.errors import OnnxImportError, OnnxNode
 from graph.onnx_import.registry import CONVERTERS, MIN_OPSET
+from graph.ops.elementwise import DTYPES
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 

@@ -8,9 +8,9 @@ import math
 import numpy as np
 from onnx import helper, numpy_helper
 
-from graph.ops.elementwise import DTYPES
 from graph.onnx_import.nn_ops import axis_of
 from graph.onnx_import.registry import converter
+from graph.ops.elementwise import DTYPES
 
 
 def _ints(array) -> list:

@@ -123,6 +123,12 @@ def test_unknown_attributes_are_refused_not_ignored():
         load_onnx(_model(nodes, [_f("x", [1, 3, 8, 8])], [_f("z", None)], [w], opset=19))
 
 
+def test_an_op_newer_than_the_model_opset_is_named_as_such():
+    model = _model([helper.make_node("Gelu", ["x"], ["y"], name="g")], [_f("x", [2])], [_f("y", [2])], opset=17)
+    with pytest.raises(OnnxImportError, match=r"unsupported op type: Gelu \(not in opset 17\) at node g$"):
+        load_onnx(model)
+
+
 @pytest.mark.parametrize("opset", [12, LATEST + 1])
 def test_opsets_outside_13_to_current_are_refused_in_one_line(opset):
     model = _model([helper.make_node("Relu", ["x"], ["y"])], [_f("x", [2])], [_f("y", [2])], opset=opset)

@@ -120,6 +120,8 @@ class ImportContext:
             text = str(e)
             raise OnnxImportError(text if text.startswith(f"node {node.name} ") else f"{node.label}: {text}") \
                 from None
+        except (ValueError, TypeError, ArithmeticError) as e:     # numpy, while folding constants
+            raise OnnxImportError(f"{node.label}: cannot compute {kind} at import time ({e})") from None
         return out
 
     def finish(self, outputs) -> Graph:

@@ -70,7 +70,8 @@ def _scan_nodes(nodes: list, opset: int, initializer_shapes: dict) -> list:
                 problems.append(f"{node.label}: {key}={value!r} {why}")
         if conv.check:
             problems += [f"{node.label}: {p}" for p in conv.check(node, initializer_shapes)]
-    ops = [f"{op} (opset {opset}) at node{'s' if len(n) > 1 else ''} {_names(n)}" for op, n in unsupported.items()]
+    ops = [f"{op} ({'not in ' if op in CONVERTERS else ''}opset {opset}) at node{'s' if len(n) > 1 else ''} "
+           f"{_names(n)}" for op, n in unsupported.items()]
     return ([f"unsupported op type{'s' if len(ops) > 1 else ''}: " + "; ".join(ops)] if ops else []) + problems
 
 

@@ -93,7 +93,9 @@ def test_scan_lists_every_unsupported_op_attribute_and_dimension_at_once():
              helper.make_node("Gelu", ["x"], ["h"], name="gelu", approximate="fast"),
              helper.make_node("BatchNormalization", ["x", "s", "s", "s", "s"], ["i", "rm", "rv"], name="bn",
                               training_mode=1),
-             helper.make_node("MaxPool", ["x"], ["j", "idx"], name="pool", kernel_shape=[2, 2])]
+             helper.make_node("MaxPool", ["x"], ["j", "idx"], name="pool", kernel_shape=[2, 2]),
+             helper.make_node("Constant", [], ["k"], name="text",
+                              value=helper.make_tensor("t", TensorProto.STRING, [1], [b"a"]))]
     model = _model(nodes, [x], [_f("y", [1])], [w3], opset=20)
     with pytest.raises(OnnxImportError) as err:
         load_onnx(model)
@@ -104,6 +106,7 @@ def test_scan_lists_every_unsupported_op_attribute_and_dimension_at_once():
                  "node relu (Relu): attribute alpha is not supported", "node cast (Cast): to=8 is not supported",
                  "node gelu (Gelu): approximate='fast' is not supported", "node bn (BatchNormalization): training_mode=1",
                  "the training outputs rm, rv", "node pool (MaxPool): the Indices output",
+                 "node text (Constant): value=<tensor> has the element type TensorProto.STRING",
                  "input x [batch,3,8,8] has the symbolic dimension 0 (batch)"]:
         assert part in msg, part
 

@@ -67,7 +67,8 @@ def _scan_nodes(nodes: list, opset: int, initializer_shapes: dict) -> list:
             if key not in conv.attrs:
                 problems.append(f"{node.label}: attribute {key} is not supported")
             elif conv.attrs[key] is not None and (why := conv.attrs[key](value)):
-                problems.append(f"{node.label}: {key}={value!r} {why}")
+                shown = repr(value) if isinstance(value, (int, float, str, tuple)) else "<tensor>"
+                problems.append(f"{node.label}: {key}={shown} {why}")
         if conv.check:
             problems += [f"{node.label}: {p}" for p in conv.check(node, initializer_shapes)]
     ops = [f"{op} ({'not in ' if op in CONVERTERS else ''}opset {opset}) at node{'s' if len(n) > 1 else ''} "

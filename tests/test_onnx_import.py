@@ -194,6 +194,20 @@ def test_unreadable_files_are_one_line(tmp_path):
     assert "\n" not in str(err.value)
 
 
+def test_initializers_of_unsupported_types_and_missing_external_data_are_one_line(tmp_path):
+    bf = helper.make_tensor("w", TensorProto.BFLOAT16, [2], [1.0, 2.0])
+    model = _model([helper.make_node("Add", ["x", "w"], ["y"])], [_f("x", [2])], [_f("y", [2])], [bf])
+    with pytest.raises(OnnxImportError, match=r"initializers of unsupported element types: w \(supported: float32"):
+        load_onnx(model)
+    model = onnx_models.mlp(batch=2, sizes=(4, 3))
+    onnx.save(model, tmp_path / "ext.onnx", save_as_external_data=True, all_tensors_to_one_file=True,
+              location="weights.bin", size_threshold=0)
+    (tmp_path / "weights.bin").unlink()
+    with pytest.raises(OnnxImportError) as err:
+        load_onnx(tmp_path / "ext.onnx")
+    assert "\n" not in str(err.value) and "ext.onnx" in str(err.value)
+
+
 def test_load_from_a_file(tmp_path):
     path = tmp_path / "mlp.onnx"
     onnx.save(onnx_models.mlp(batch=2, sizes=(4, 3)), path)

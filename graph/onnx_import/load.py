@@ -85,7 +85,11 @@ def convert(model: onnx.ModelProto, nodes: list, inputs: dict) -> Graph:
         | {t.name for t in g.initializer} | {v.name for v in g.output} | {n.name for n in g.node}
     ctx = ImportContext(g.name or "model", reserved - {""})
     for t in g.initializer:
-        ctx.set_known(t.name, numpy_helper.to_array(t))
+        try:
+            ctx.set_known(t.name, numpy_helper.to_array(t))
+        except (OSError, ValueError, TypeError) as e:     # external data missing or unreadable
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise OnnxImportError(f"{g.name or 'model'}: cannot read initializer {t.name} ({first})") from None
     for name, (shape, dtype) in inputs.items():
         ctx.add_input(name, shape, dtype)
     # a node that cannot be converted is reported and its outputs poisoned, so the nodes reading

@@ -109,12 +109,17 @@ def input_shape(value: onnx.ValueInfoProto, pinned) -> tuple | str:
     return tuple(dims)
 
 
-def input_dtype(value: onnx.ValueInfoProto) -> str | None:
+def element_dtype(elem_type: int) -> str | None:
+    """The numpy dtype name of an ONNX element type the graph holds, else None."""
     try:
-        name = helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type).name
+        name = helper.tensor_dtype_to_np_dtype(elem_type).name
     except (KeyError, TypeError, ValueError):
         return None
     return name if name in DTYPES else None
+
+
+def input_dtype(value: onnx.ValueInfoProto) -> str | None:
+    return element_dtype(value.type.tensor_type.elem_type)
 
 
 def scan(model: onnx.ModelProto, nodes: list, opset: int, shapes: dict) -> dict:
@@ -124,6 +129,10 @@ def scan(model: onnx.ModelProto, nodes: list, opset: int, shapes: dict) -> dict:
     problems = _scan_nodes(nodes, opset, initializers)
     if len(g.sparse_initializer):
         problems.append("sparse initializers are not supported")
+    read = {v for n in g.node for v in n.input}
+    odd = [t.name for t in g.initializer if t.name in read and element_dtype(t.data_type) is None]
+    if odd:
+        problems.append(f"initializers of unsupported element types: {_names(odd)} (supported: {', '.join(DTYPES)})")
     runtime = [v for v in g.input if v.name not in initializers]
     unknown = sorted(set(shapes) - {v.name for v in runtime})
     if unknown:

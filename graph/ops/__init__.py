@@ -21,6 +21,19 @@ The canonical op set (``Pattern`` in brackets):
   Slice(starts, ends, axes, steps: normalized and clamped), Gather(axis >= 0; indices an input),
   Expand(shape: final static shape).
 
+Defined in ``activation``, ``extra`` and ``reduce_extra``:
+
+- unary [ELEMWISE]: LeakyRelu(alpha), ThresholdedRelu(alpha), Elu(alpha), Selu(alpha, gamma),
+  HardSigmoid(alpha, beta), HardSwish, Softplus, Softsign, Floor, Ceil, Round (halves to even) on
+  floats; Sign;
+- binary [BROADCAST]: Max, Min (ONNX's variadic Sum/Mean/Max/Min import as chains of Add/Max/Min,
+  Mean with a Div), PRelu(X, slope: broadcast to X);
+- [INJECTIVE]: Pad(pads: 2 * rank ints, begins then ends, negative crops; mode: "constant" |
+  "reflect" | "edge"; value: float), Tile(repeats); ONNX's Split imports as one Slice per output;
+- [REDUCE]: ReduceMin, ReduceProd, ReduceL1, ReduceL2, ReduceSumSquare (axes, keepdims as for
+  ReduceSum), ArgMax, ArgMin(axis >= 0, keepdims, select_last_index; int64 output),
+  LRN(size, alpha, beta, bias).
+
 ONNX's Flatten, Squeeze and Unsqueeze become Reshape; Shape, ConstantOfShape, Range, Constant
 and anything computable from static shapes are folded by the importer; Dropout (inference) and
 Identity are dropped (an Identity is kept only to give a graph output its ONNX name).
@@ -31,3 +44,4 @@ Identity are dropped (an Identity is kept only to give a graph output its ONNX n
 """
 from graph.ops.registry import OpDef, Pattern, UnknownOpError, all_ops, get_op, register  # noqa: F401
 from graph.ops import elementwise, linalg, normalization, pool, reduce, shape  # noqa: F401  (registration)
+from graph.ops import activation, extra, reduce_extra  # noqa: F401  (registration)

@@ -1,0 +1,160 @@
+"""Converters of the ops defined in ``graph.ops.activation``, ``graph.ops.extra`` and
+``graph.ops.reduce_extra``, and of the ONNX ops imported as chains of existing kinds: Sum, Mean,
+Max, Min (binary chains, Mean with a Div) and Split (one Slice per output)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from graph.onnx_import.nn_ops import axis_of
+from graph.onnx_import.registry import converter, one_of
+
+
+def _ints(array) -> list:
+    return [int(v) for v in np.asarray(array).reshape(-1)]
+
+
+def _axes(ctx, node, rank: int, index: int, attr: str = "axes"):
+    """Non-negative axes from the attribute (older opsets) or the constant input ``index``; None if neither."""
+    if attr in node.attrs:
+        raw = list(node.attrs[attr])
+    elif node.input(index):
+        raw = _ints(ctx.const(node, node.input(index), attr))
+    else:
+        return None
+    axes = [axis_of(node, a, rank) for a in raw]
+    if len(set(axes)) != len(axes):
+        raise node.error(f"{attr} {raw} repeat an axis")
+    return axes
+
+
+# ------------------------------------------------------------------ activations and rounding
+
+ACTIVATION_ATTRS = {
+    "LeakyRelu": ("alpha",), "ThresholdedRelu": ("alpha",), "Elu": ("alpha",), "Selu": ("alpha", "gamma"),
+    "HardSigmoid": ("alpha", "beta"), "HardSwish": (), "Softplus": (), "Softsign": (),
+    "Floor": (), "Ceil": (), "Round": (), "Sign": (),
+}
+
+
+def _activation(ctx, node):
+    attrs = {k: float(node.attrs[k]) for k in ACTIVATION_ATTRS[node.op_type] if k in node.attrs}
+    ctx.emit(node, node.op_type, [node.input(0)], node.outputs[0], **attrs)
+
+
+for _op, _keys in ACTIVATION_ATTRS.items():
+    converter(_op, attrs={k: None for k in _keys})(_activation)
+
+
+@converter("PRelu")
+def _prelu(ctx, node):
+    ctx.emit(node, "PRelu", [node.input(0), node.input(1)], node.outputs[0])
+
+
+# ------------------------------------------------------------------ variadic Sum, Mean, Max, Min
+
+_CHAIN = {"Sum": "Add", "Mean": "Add", "Max": "Max", "Min": "Min"}
+
+
+@converter(*_CHAIN)
+def _variadic(ctx, node):
+    inputs = [v for v in node.inputs if v]
+    if not inputs:
+        raise node.error("needs at least one input")
+    last = len(inputs) - 1 if node.op_type != "Mean" else len(inputs)
+    acc = inputs[0]
+    for i, v in enumerate(inputs[1:], 1):
+        acc = ctx.emit(node, _CHAIN[node.op_type], [acc, v], node.outputs[0] if i == last else None)
+    if node.op_type == "Mean" and len(inputs) > 1:
+        count = ctx.fresh(f"{node.name}/count")
+        ctx.set_known(count, np.array(len(inputs), dtype=ctx.type(inputs[0]).dtype))
+        ctx.emit(node, "Div", [acc, count], node.outputs[0])
+    elif len(inputs) == 1:
+        ctx.alias(node.outputs[0], inputs[0])
+
+
+# ------------------------------------------------------------------ Split, Pad, Tile
+
+@converter("Split", attrs={"axis": None, "num_outputs": None})
+def _split(ctx, node):
+    shape = ctx.type(node.input(0)).shape
+    axis = axis_of(node, node.attr("axis", 0), len(shape))
+    size, n = shape[axis], len(node.outputs)
+    if node.input(1):
+        sizes = _ints(ctx.const(node, node.input(1), "split"))
+        if len(sizes) != n or sum(sizes) != size or min(sizes) < 0:
+            raise node.error(f"split {sizes} does not cut axis {axis} (size {size}) into {n} outputs")
+    elif "num_outputs" in node.attrs:
+        if node.attrs["num_outputs"] != n or n < 1:
+            raise node.error(f"num_outputs={node.attrs['num_outputs']} but the node has {n} outputs")
+        chunk = math.ceil(size / n)
+        sizes = [max(0, min(chunk, size - i * chunk)) for i in range(n)]
+        if sizes[-1] == 0:
+            raise node.error(f"axis {axis} of size {size} does not split into {n} non-empty chunks")
+    else:
+        if size % n:
+            raise node.error(f"axis {axis} of size {size} does not split evenly into {n} outputs")
+        sizes = [size // n] * n
+    start = 0
+    for out, length in zip(node.outputs, sizes):
+        if out:
+            ctx.emit(node, "Slice", [node.input(0)], out, starts=(start,), ends=(start + length,), axes=(axis,),
+                     steps=(1,))
+        start += length
+
+
+@converter("Pad", attrs={"mode": one_of("constant", "reflect", "edge")})
+def _pad(ctx, node):
+    x = ctx.type(node.input(0))
+    pads = _ints(ctx.const(node, node.input(1), "pads"))
+    axes = _axes(ctx, node, x.rank, 3)
+    axes = list(range(x.rank)) if axes is None else axes
+    if len(pads) != 2 * len(axes):
+        raise node.error(f"pads {pads} need 2 entries per padded axis ({len(axes)} axes)")
+    full = [0] * (2 * x.rank)
+    for j, a in enumerate(axes):
+        full[a], full[x.rank + a] = pads[j], pads[len(axes) + j]
+    value = 0.0
+    if node.input(2):
+        v = ctx.const(node, node.input(2), "constant_value")
+        if v.size != 1:
+            raise node.error(f"constant_value must be a scalar, got shape {v.shape}")
+        value = float(v.reshape(-1)[0])
+    ctx.emit(node, "Pad", [node.input(0)], node.outputs[0], pads=tuple(full), mode=node.attr("mode", "constant"),
+             value=value)
+
+
+@converter("Tile")
+def _tile(ctx, node):
+    repeats = _ints(ctx.const(node, node.input(1), "repeats"))
+    ctx.emit(node, "Tile", [node.input(0)], node.outputs[0], repeats=tuple(repeats))
+
+
+# ------------------------------------------------------------------ reductions, ArgMax/ArgMin, LRN
+
+@converter("ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare",
+           attrs={"axes": None, "keepdims": None, "noop_with_empty_axes": None})
+def _reduce(ctx, node):
+    rank = ctx.type(node.input(0)).rank
+    axes = _axes(ctx, node, rank, 1)
+    if not axes:
+        if node.attr("noop_with_empty_axes", 0):
+            ctx.alias(node.outputs[0], node.input(0))
+            return
+        axes = range(rank)
+    ctx.emit(node, node.op_type, [node.input(0)], node.outputs[0], axes=tuple(sorted(axes)),
+             keepdims=int(node.attr("keepdims", 1)))
+
+
+@converter("ArgMax", "ArgMin", attrs={"axis": None, "keepdims": None, "select_last_index": None})
+def _arg(ctx, node):
+    rank = ctx.type(node.input(0)).rank
+    ctx.emit(node, node.op_type, [node.input(0)], node.outputs[0], axis=axis_of(node, node.attr("axis", 0), rank),
+             keepdims=int(node.attr("keepdims", 1)), select_last_index=int(node.attr("select_last_index", 0)))
+
+
+@converter("LRN", attrs={"size": None, "alpha": None, "beta": None, "bias": None})
+def _lrn(ctx, node):
+    attrs = {k: float(node.attrs[k]) for k in ("alpha", "beta", "bias") if k in node.attrs}
+    ctx.emit(node, "LRN", [node.input(0)], node.outputs[0], size=int(node.attr("size", 0)), **attrs)

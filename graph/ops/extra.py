@@ -1,0 +1,152 @@
+"""More ONNX compute ops: Max, Min, PRelu (Pattern.BROADCAST), Pad and Tile (Pattern.INJECTIVE),
+LRN (Pattern.REDUCE: a window sum across channels).
+
+ONNX's variadic Sum, Mean, Max and Min are imported as chains of the binary Add, Max, Min (and a
+Div for Mean); Split becomes one Slice per output.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from graph.ir import TensorType
+from graph.ops.elementwise import broadcast_shape
+from graph.ops.registry import REQUIRED, OpDef, OpError, Pattern, register, same_type
+
+
+def _fail(node, message: str):
+    raise OpError(f"node {node.name} ({node.op}): {message}")
+
+
+def _ints(node, key: str, length: int | None = None) -> tuple:
+    value = node.attr(key)
+    if not isinstance(value, tuple) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        _fail(node, f"{key} must be a tuple of ints, got {value!r}")
+    if length is not None and len(value) != length:
+        _fail(node, f"{key} {value} must have {length} entries")
+    return value
+
+
+# ------------------------------------------------------------------ Max, Min, PRelu
+
+def _minmax_infer(node, types):
+    a, b = types
+    if a.dtype != b.dtype:
+        _fail(node, f"inputs have different dtypes ({a.dtype}, {b.dtype})")
+    if a.dtype == "bool":
+        _fail(node, "needs numeric inputs, got bool")
+    return [TensorType(broadcast_shape(node, a.shape, b.shape), a.dtype)]
+
+
+register(OpDef("Max", ("A", "B"), _minmax_infer, lambda node, a: [np.maximum(a[0], a[1])], Pattern.BROADCAST,
+               doc="elementwise maximum, broadcasting (ONNX's variadic Max is a chain of these)"))
+register(OpDef("Min", ("A", "B"), _minmax_infer, lambda node, a: [np.minimum(a[0], a[1])], Pattern.BROADCAST,
+               doc="elementwise minimum, broadcasting (ONNX's variadic Min is a chain of these)"))
+
+
+def _prelu_infer(node, types):
+    x, slope = types
+    if x.dtype != slope.dtype or x.dtype[0] != "f":
+        _fail(node, f"needs float X and slope of one dtype, got {x.dtype} and {slope.dtype}")
+    if broadcast_shape(node, x.shape, slope.shape) != x.shape:
+        _fail(node, f"slope {slope.shape} does not broadcast to X {x.shape}")
+    return [same_type(x)]
+
+
+register(OpDef("PRelu", ("X", "slope"), _prelu_infer,
+               lambda node, a: [np.where(a[0] < 0, a[1] * a[0], a[0]).astype(a[0].dtype)], Pattern.BROADCAST,
+               doc="x, slope * x below 0 (slope broadcast to x)"))
+
+
+# ------------------------------------------------------------------ Pad
+
+PAD_MODES = ("constant", "reflect", "edge")
+
+
+def _pad_infer(node, types):
+    x = types[0]
+    pads = _ints(node, "pads", 2 * x.rank)
+    mode = node.attr("mode", "constant")
+    if mode not in PAD_MODES:
+        _fail(node, f"mode {mode!r} is not one of {', '.join(PAD_MODES)}")
+    value = node.attr("value", 0.0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        _fail(node, f"value must be a number, got {value!r}")
+    shape = []
+    for d, lo, hi in zip(x.shape, pads[:x.rank], pads[x.rank:]):
+        if mode != "constant" and (min(lo, hi) < 0 or (max(lo, hi) > 0 and d == 0)):
+            _fail(node, f"{mode} padding needs non-negative pads and non-empty dimensions, got pads {pads} "
+                        f"on {x.shape}")
+        if mode == "reflect" and max(lo, hi) > d - 1:
+            _fail(node, f"reflect pads {pads} must be smaller than the dimensions {x.shape}")
+        if d + lo + hi < 0:
+            _fail(node, f"pads {pads} crop more than the dimensions {x.shape}")
+        shape.append(d + lo + hi)
+    return [same_type(x, shape=tuple(shape))]
+
+
+def _pad_eval(node, arrays):
+    x = arrays[0]
+    rank = x.ndim
+    pads = node.attr("pads")
+    lo, hi = pads[:rank], pads[rank:]
+    # negative pads crop first (constant mode only)
+    x = x[tuple(slice(max(0, -a), d - max(0, -b)) for d, a, b in zip(x.shape, lo, hi))]
+    width = [(max(0, a), max(0, b)) for a, b in zip(lo, hi)]
+    mode = node.attr("mode", "constant")
+    if mode == "constant":
+        return [np.pad(x, width, constant_values=np.asarray(node.attr("value", 0.0)).astype(x.dtype))]
+    return [np.pad(x, width, mode=mode)]
+
+
+register(OpDef("Pad", ("data",), _pad_infer, _pad_eval, Pattern.INJECTIVE,
+               {"pads": REQUIRED, "mode": "constant", "value": 0.0},
+               doc="pads (begins of every axis, then ends; negative crops) filled by mode: constant `value`, "
+                   "reflect, edge"))
+
+
+# ------------------------------------------------------------------ Tile
+
+def _tile_infer(node, types):
+    x = types[0]
+    repeats = _ints(node, "repeats", x.rank)
+    if any(r < 0 for r in repeats):
+        _fail(node, f"repeats {repeats} must be non-negative")
+    return [same_type(x, shape=tuple(d * r for d, r in zip(x.shape, repeats)))]
+
+
+register(OpDef("Tile", ("input",), _tile_infer, lambda node, a: [np.tile(a[0], node.attr("repeats"))],
+               Pattern.INJECTIVE, {"repeats": REQUIRED}, doc="input repeated `repeats` times along each axis"))
+
+
+# ------------------------------------------------------------------ LRN
+
+def lrn_window(size: int) -> tuple:
+    """Channels before and after each channel in an LRN window of ``size`` (ONNX's floor/ceil split)."""
+    return (size - 1) // 2, size - 1 - (size - 1) // 2
+
+
+def _lrn_infer(node, types):
+    x = types[0]
+    size = node.attr("size")
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        _fail(node, f"size must be a positive int, got {size!r}")
+    if x.rank < 3 or x.dtype[0] != "f":
+        _fail(node, f"needs float N x C x spatial data, got {x.dtype}{list(x.shape)}")
+    return [same_type(x)]
+
+
+def _lrn_eval(node, arrays):
+    x = arrays[0]
+    size = node.attr("size")
+    alpha, beta, bias = (float(node.attr(k, d)) for k, d in (("alpha", 1e-4), ("beta", 0.75), ("bias", 1.0)))
+    before, after = lrn_window(size)
+    sq = np.square(x.astype(np.float64))
+    padded = np.pad(sq, [(0, 0), (before, after)] + [(0, 0)] * (x.ndim - 2))
+    c = x.shape[1]
+    total = sum(padded[:, i:i + c] for i in range(size))
+    return [(x / (bias + alpha / size * total) ** beta).astype(x.dtype)]
+
+
+register(OpDef("LRN", ("X",), _lrn_infer, _lrn_eval, Pattern.REDUCE,
+               {"size": REQUIRED, "alpha": 1e-4, "beta": 0.75, "bias": 1.0},
+               doc="x / (bias + alpha / size * sum of x^2 over `size` neighbouring channels) ^ beta"))

@@ -293,3 +293,114 @@ def test_compiled_elementwise_ops():
     got, want = compile_model(g, threads=1).run(feeds), run(g, feeds)
     for name in want:
         np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+# ------------------------------------------------------------------ ConvTranspose
+
+DECONV_CASES = [
+    ((1, 3, 5, 4), (3, 2, 3, 3), {}),
+    ((2, 4, 5, 6), (4, 3, 3, 2), {"strides": [2, 2], "pads": [1, 0, 1, 1], "output_padding": [1, 0]}),
+    ((1, 4, 4, 5), (4, 1, 2, 3), {"group": 2, "strides": [3, 1], "dilations": [1, 2], "pads": [0, 1, 1, 0]}),
+    ((1, 2, 3, 3), (2, 3, 4, 4), {"strides": [2, 2], "pads": [1, 1, 1, 1], "auto_pad": "NOTSET"}),
+    ((1, 2, 3, 4), (2, 2, 3, 3), {"auto_pad": "VALID", "strides": [2, 1]}),
+]
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("x_shape, w_shape, attrs", DECONV_CASES, ids=str)
+def test_conv_transpose(x_shape, w_shape, attrs, bias):
+    x = rand(*x_shape)
+    consts = {"w": rand(*w_shape)}
+    if bias:
+        consts["b"] = rand(w_shape[1] * attrs.get("group", 1))
+    model = ort_model([node("ConvTranspose", ["x", *consts], **attrs)], {"x": x}, consts, 13)
+    graph = imported(model, {"x": x}, "onnxruntime", rtol=1e-4, atol=1e-5)
+    assert graph.op_counts() == {"ConvTranspose": 1}
+
+
+def test_conv_transpose_output_shape_and_3d_are_refused_in_one_error():
+    nodes = [node("ConvTranspose", ["x", "w"], ["a"], output_shape=[6, 6]),
+             helper.make_node("ConvTranspose", ["a", "w3"], ["y"], name="deconv3d")]
+    model = helper.make_model(helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", 1, [1, 2, 3, 3])], [helper.make_tensor_value_info("y", 1, None)],
+        [numpy_helper.from_array(rand(2, 2, 3, 3), "w"), numpy_helper.from_array(rand(2, 2, 1, 1, 1), "w3")]),
+        opset_imports=[helper.make_opsetid("", 13)])
+    with pytest.raises(OnnxImportError, match=r"convtranspose0 \(ConvTranspose\): output_shape is not supported .*"
+                                              r"deconv3d \(ConvTranspose\): only 2-d ConvTranspose"):
+        load_onnx(model)
+
+
+# ------------------------------------------------------------------ Resize
+
+RESIZE_CASES = [
+    ("nearest", {}, {"scales": [1, 1, 2, 2]}),
+    ("nearest", {"coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}, {"scales": [1, 1, 3, 1.5]}),
+    ("nearest", {"coordinate_transformation_mode": "align_corners", "nearest_mode": "round_prefer_ceil"},
+     {"sizes": [2, 3, 7, 4]}),
+    ("nearest", {"coordinate_transformation_mode": "pytorch_half_pixel", "nearest_mode": "ceil"},
+     {"sizes": [2, 3, 3, 1]}),
+    ("nearest", {"nearest_mode": "round_prefer_floor"}, {"scales": [1, 1, 0.5, 0.6]}),
+    ("linear", {}, {"scales": [1, 1, 2, 2]}),
+    ("linear", {"coordinate_transformation_mode": "align_corners"}, {"sizes": [2, 3, 9, 3]}),
+    ("linear", {"coordinate_transformation_mode": "asymmetric"}, {"scales": [1, 1, 0.5, 1.75]}),
+    ("linear", {"coordinate_transformation_mode": "pytorch_half_pixel"}, {"sizes": [2, 3, 1, 7]}),
+]
+
+
+@pytest.mark.parametrize("opset", [13, LATEST])
+@pytest.mark.parametrize("mode, attrs, target", RESIZE_CASES, ids=str)
+def test_resize(mode, attrs, target, opset):
+    x = rand(2, 3, 4, 5)
+    consts = {"roi": np.zeros(0, np.float32)}
+    if "scales" in target:
+        consts["scales"] = np.array(target["scales"], np.float32)
+        ins = ["x", "roi", "scales"]
+    else:
+        consts["scales"] = np.zeros(0, np.float32)
+        consts["sizes"] = np.array(target["sizes"], np.int64)
+        ins = ["x", "roi", "scales", "sizes"]
+    model = ort_model([node("Resize", ins, mode=mode, **attrs)], {"x": x}, consts, opset)
+    graph = imported(model, {"x": x}, "onnxruntime", rtol=1e-5, atol=1e-6)
+    assert set(graph.op_counts()) <= {"Gather", "Mul", "Add"}
+
+
+def test_resize_axes_of_opset_18():
+    x = rand(1, 2, 3, 4)
+    consts = {"sizes": np.array([6, 2], np.int64)}
+    model = ort_model([node("Resize", ["x", "", "", "sizes"], axes=[3, -2], mode="linear")], {"x": x}, consts, 18)
+    imported(model, {"x": x}, "onnxruntime", rtol=1e-5, atol=1e-6)
+
+
+def test_resize_refusals_in_one_error():
+    nodes = [node("Resize", ["x", "", "s"], ["a"], mode="cubic"),
+             helper.make_node("Resize", ["a", "", "s"], ["y"], name="crop",
+                              coordinate_transformation_mode="tf_crop_and_resize")]
+    model = helper.make_model(helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", 1, [1, 1, 2, 2])], [helper.make_tensor_value_info("y", 1, None)],
+        [numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "s")]), opset_imports=[helper.make_opsetid("", 13)])
+    with pytest.raises(OnnxImportError, match=r"resize0 \(Resize\): mode='cubic' is not supported .*crop \(Resize\): "
+                                              r"coordinate_transformation_mode='tf_crop_and_resize' is not supported"):
+        load_onnx(model)
+
+
+def test_compiled_decoder_matches_onnxruntime():
+    """ConvTranspose, Resize (nearest and linear), Pad, Mean, Softplus, ReduceMin compiled together."""
+    consts = {"w": rand(4, 3, 3, 3) * 0.3, "b": rand(3), "scales": np.array([1, 1, 2, 2], np.float32),
+              "sizes": np.array([1, 3, 11, 10], np.int64), "pads": np.array([0, 0, 1, 0, 0, 0, 0, 2], np.int64),
+              "roi": np.zeros(0, np.float32), "none": np.zeros(0, np.float32), "axes": np.array([1], np.int64)}
+    nodes = [
+        helper.make_node("ConvTranspose", ["x", "w", "b"], ["d"], name="deconv", strides=[2, 2], pads=[1, 1, 0, 1],
+                         output_padding=[1, 0]),
+        helper.make_node("Softplus", ["d"], ["s"], name="softplus"),
+        helper.make_node("Resize", ["s", "roi", "none", "sizes"], ["up"], name="up", mode="linear"),
+        helper.make_node("Resize", ["x", "roi", "scales"], ["near"], name="near", mode="nearest"),
+        helper.make_node("Pad", ["near", "pads"], ["padded"], name="pad", mode="edge"),
+        helper.make_node("ReduceMin", ["padded", "axes"], ["m"], name="rmin", keepdims=1),
+        helper.make_node("Mean", ["up", "m"], ["y"], name="mean"),
+    ]
+    x = rand(1, 4, 5, 4)
+    model = ort_model(nodes, {"x": x}, consts, 18)
+    graph = load_onnx(model)
+    got = compile_model(graph, threads=1).run({"x": x})["y"]
+    np.testing.assert_allclose(got, run(graph, {"x": x})["y"], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, onnxruntime_run(model, {"x": x})[0], rtol=1e-4, atol=1e-5)

@@ -280,3 +280,48 @@ def _lrn(ctx, node, ins, outs):
         return x(*i) * te.exp(te.log(base) * (-beta))
     return [ctx.emit(shape, dtype, y, "lrn")]
 
+
+
+# ------------------------------------------------------------------ ConvTranspose
+
+@lowering("ConvTranspose")
+def _conv_transpose(ctx, node, ins, outs):
+    """A stride-1 convolution with the flipped kernel over the input spread out by the strides (zeros in
+    between) and padded by ``dilation * (k - 1) - pad`` (the spread stage is inlined by the space)."""
+    x, w, bias = (list(ins) + [None])[:3]
+    _float(node, x)
+    _, c_, h_, w_ = x.shape
+    _, mg, r_, s_ = w.shape
+    group = node.attr("group", 1)
+    sh, sw = node.attr("strides", (1, 1))
+    pt, pl, _, _ = node.attr("pads", (0, 0, 0, 0))
+    dh, dw = node.attr("dilations", (1, 1))
+    shape, dtype = outs[0].shape, outs[0].dtype
+    n_, _, p_, q_ = shape
+    off_h, off_w = dh * (r_ - 1) - pt, dw * (s_ - 1) - pl
+    span_h, span_w = sh * (h_ - 1) + 1, sw * (w_ - 1) + 1
+
+    def spread(n, c, h, wi):
+        hh = h - off_h if off_h else h
+        ww = wi - off_w if off_w else wi
+        conds = [hh >= 0, hh < span_h, ww >= 0, ww < span_w]
+        if sh > 1:
+            conds.append(te.equal(hh % sh, 0))
+        if sw > 1:
+            conds.append(te.equal(ww % sw, 0))
+        read = x(n, c, hh // sh if sh > 1 else hh, ww // sw if sw > 1 else ww)
+        return te.if_then_else(te.all(*conds), read, lit(0, dtype))
+    src = ctx.emit((n_, c_, p_ + dh * (r_ - 1), q_ + dw * (s_ - 1)), dtype, spread, "spread")
+    cg = c_ // group
+    rc, rr, rs = te.reduce_axis(cg, "c"), te.reduce_axis(r_, "r"), te.reduce_axis(s_, "s")
+
+    def f(n, m, p, q):
+        chan = rc if group == 1 else (m // mg) * cg + rc
+        out_chan = m if group == 1 else m % mg
+        h = p + rr * dh if dh != 1 else p + rr
+        wi = q + rs * dw if dw != 1 else q + rs
+        return te.sum(src(n, chan, h, wi) * w(chan, out_chan, (r_ - 1) - rr, (s_ - 1) - rs), axis=[rc, rr, rs])
+    y = ctx.emit(shape, dtype, f, "deconv")
+    if bias is None:
+        return [y]
+    return [ctx.emit(shape, dtype, lambda n, m, p, q: y(n, m, p, q) + bias(m), "bias")]

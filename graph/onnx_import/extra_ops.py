@@ -158,3 +158,32 @@ def _arg(ctx, node):
 def _lrn(ctx, node):
     attrs = {k: float(node.attrs[k]) for k in ("alpha", "beta", "bias") if k in node.attrs}
     ctx.emit(node, "LRN", [node.input(0)], node.outputs[0], size=int(node.attr("size", 0)), **attrs)
+
+
+# ------------------------------------------------------------------ ConvTranspose
+
+def _check_deconv(node, initializer_shapes) -> list:
+    problems = []
+    w = initializer_shapes.get(node.input(1))
+    rank = len(node.attrs["kernel_shape"]) if "kernel_shape" in node.attrs else (len(w) - 2 if w else None)
+    if rank is not None and rank != 2:
+        problems.append(f"only 2-d ConvTranspose is supported (this one is {rank}-d)")
+    if "output_shape" in node.attrs:
+        problems.append("output_shape is not supported (give pads and output_padding)")
+    return problems
+
+
+@converter("ConvTranspose", check=_check_deconv, attrs={
+    "auto_pad": one_of("NOTSET", "VALID"), "dilations": None, "group": None, "kernel_shape": None,
+    "output_padding": None, "output_shape": None, "pads": None, "strides": None})
+def _conv_transpose(ctx, node):
+    x, w = ctx.type(node.input(0)), ctx.type(node.input(1))
+    if x.rank != 4 or w.rank != 4:
+        raise node.error(f"only 2-d (NCHW) input is supported, got shapes {x.shape} and {w.shape}")
+    kernel = tuple(node.attr("kernel_shape", w.shape[2:]))
+    if kernel != tuple(w.shape[2:]):
+        raise node.error(f"kernel_shape {kernel} differs from the weights' {w.shape[2:]}")
+    pads = (0, 0, 0, 0) if node.attr("auto_pad", "NOTSET") == "VALID" else tuple(node.attr("pads", (0, 0, 0, 0)))
+    ctx.emit(node, "ConvTranspose", [node.input(0), node.input(1), node.input(2)], node.outputs[0],
+             strides=tuple(node.attr("strides", (1, 1))), pads=pads, dilations=tuple(node.attr("dilations", (1, 1))),
+             output_padding=tuple(node.attr("output_padding", (0, 0))), group=node.attr("group", 1))

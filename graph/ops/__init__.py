@@ -21,7 +21,7 @@ The canonical op set (``Pattern`` in brackets):
   Slice(starts, ends, axes, steps: normalized and clamped), Gather(axis >= 0; indices an input),
   Expand(shape: final static shape).
 
-Defined in ``activation``, ``extra`` and ``reduce_extra``:
+Defined in ``activation``, ``extra``, ``reduce_extra`` and ``deconv``:
 
 - unary [ELEMWISE]: LeakyRelu(alpha), ThresholdedRelu(alpha), Elu(alpha), Selu(alpha, gamma),
   HardSigmoid(alpha, beta), HardSwish, Softplus, Softsign, Floor, Ceil, Round (halves to even) on
@@ -32,7 +32,9 @@ Defined in ``activation``, ``extra`` and ``reduce_extra``:
   "reflect" | "edge"; value: float), Tile(repeats); ONNX's Split imports as one Slice per output;
 - [REDUCE]: ReduceMin, ReduceProd, ReduceL1, ReduceL2, ReduceSumSquare (axes, keepdims as for
   ReduceSum), ArgMax, ArgMin(axis >= 0, keepdims, select_last_index; int64 output),
-  LRN(size, alpha, beta, bias).
+  LRN(size, alpha, beta, bias);
+- [OUT_FUSABLE]: ConvTranspose (2-d NCHW; strides, pads (4), dilations, output_padding (2), group;
+  bias optional; ONNX's output_shape and auto_pad=SAME_* are refused by the importer).
 
 ONNX's Flatten, Squeeze and Unsqueeze become Reshape; Shape, ConstantOfShape, Range, Constant
 and anything computable from static shapes are folded by the importer; Dropout (inference) and
@@ -44,4 +46,4 @@ Identity are dropped (an Identity is kept only to give a graph output its ONNX n
 """
 from graph.ops.registry import OpDef, Pattern, UnknownOpError, all_ops, get_op, register  # noqa: F401
 from graph.ops import elementwise, linalg, normalization, pool, reduce, shape  # noqa: F401  (registration)
-from graph.ops import activation, extra, reduce_extra  # noqa: F401  (registration)
+from graph.ops import activation, deconv, extra, reduce_extra  # noqa: F401  (registration)

@@ -62,14 +62,15 @@ def imported(model, feeds, reference="onnx", **tol):
 ACTIVATIONS = [("LeakyRelu", {}), ("LeakyRelu", {"alpha": 0.2}), ("ThresholdedRelu", {"alpha": 0.5}),
                ("Elu", {}), ("Elu", {"alpha": 0.3}), ("Selu", {}), ("Selu", {"alpha": 1.5, "gamma": 2.0}),
                ("HardSigmoid", {}), ("HardSigmoid", {"alpha": 0.3, "beta": 0.4}), ("HardSwish", {}),
-               ("Softplus", {}), ("Softsign", {}), ("Floor", {}), ("Ceil", {}), ("Round", {}), ("Sign", {})]
+               ("Softplus", {}), ("Softsign", {}), ("Mish", {}), ("Celu", {}), ("Celu", {"alpha": 0.5}),
+               ("Floor", {}), ("Ceil", {}), ("Round", {}), ("Sign", {})]
 
 
 @pytest.mark.parametrize("op, attrs", ACTIVATIONS, ids=str)
 def test_activation(op, attrs):
     x = rand(3, 1, 7) * 4
     x[0, 0, :4] = [0.5, -1.5, 2.5, 0.0]       # halves round to even, Sign of 0
-    graph = imported(make_model([node(op, ["x"], **attrs)], {"x": x}, {}, ["y"], 14), {"x": x})
+    graph = imported(make_model([node(op, ["x"], **attrs)], {"x": x}, {}, ["y"], 18 if op == "Mish" else 14), {"x": x})
     assert graph.op_counts() == {op: 1} and graph.nodes[0].attr_dict == {k: float(np.float32(v)) for k, v in attrs.items()}
 
 
@@ -286,7 +287,9 @@ def test_compiled_elementwise_ops():
     outs = [b.op(op, [x], **attrs) for op, attrs in ACTIVATIONS]
     outs += [b.op("PRelu", [x, s]), b.op("Min", [x, s]), b.op("Pad", [x], pads=(1, 0, 0, 2), value=-2.0),
              b.op("Pad", [x], pads=(2, 1, 1, 3), mode="edge"), b.op("ReduceMin", [x], axes=(1,), keepdims=1),
-             b.op("ReduceProd", [x], axes=(0,), keepdims=0), b.op("ArgMin", [x], axis=0, keepdims=0)]
+             b.op("ReduceProd", [x], axes=(0,), keepdims=0), b.op("ArgMin", [x], axis=0, keepdims=0),
+             b.op("LogSoftmax", [x], axis=1),
+             b.op("Not", [b.op("Xor", [b.op("LessOrEqual", [x, s]), b.op("GreaterOrEqual", [s, x])])])]
     g = b.build(outs)
     feeds = {"x": rand(3, 17) * 3, "s": rand(17)}
     feeds["x"][0, :6] = [0.5, 1.5, -2.5, -0.5, 0.0, 3.0]
@@ -404,3 +407,62 @@ def test_compiled_decoder_matches_onnxruntime():
     got = compile_model(graph, threads=1).run({"x": x})["y"]
     np.testing.assert_allclose(got, run(graph, {"x": x})["y"], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(got, onnxruntime_run(model, {"x": x})[0], rtol=1e-4, atol=1e-5)
+
+
+# ------------------------------------------------------------------ comparisons, logic, LogSoftmax, composites
+
+@pytest.mark.parametrize("op", ["LessOrEqual", "GreaterOrEqual"])
+def test_compare_or_equal(op):
+    a, b = np.round(rand(3, 1, 4)), np.round(rand(2, 1))
+    imported(make_model([node(op, ["a", "b"])], {"a": a, "b": b}, {}, ["y"], 16), {"a": a, "b": b})
+
+
+def test_logic():
+    a, b = rand(3, 4) > 0, rand(4) > 0
+    nodes = [node("And", ["a", "b"], ["and"]), helper.make_node("Or", ["a", "b"], ["or"], name="or"),
+             helper.make_node("Xor", ["a", "b"], ["xor"], name="xor"), helper.make_node("Not", ["xor"], ["y"], name="not")]
+    imported(make_model(nodes, {"a": a, "b": b}, {}, ["and", "or", "y"], 13), {"a": a, "b": b})
+
+
+@pytest.mark.parametrize("axis", [-1, 0, 1])
+def test_log_softmax(axis):
+    x = rand(3, 5, 4) * 3
+    imported(make_model([node("LogSoftmax", ["x"], axis=axis)], {"x": x}, {}, ["y"], 13), {"x": x}, rtol=1e-5,
+             atol=1e-5)
+
+
+def test_global_max_pool():
+    x = rand(2, 3, 4, 5)
+    graph = imported(make_model([node("GlobalMaxPool", ["x"])], {"x": x}, {}, ["y"], 13), {"x": x})
+    assert graph.op_counts() == {"ReduceMax": 1}
+
+
+@pytest.mark.parametrize("op, attrs, shape", [("DepthToSpace", {"blocksize": 2}, (2, 8, 3, 2)),
+                                              ("DepthToSpace", {"blocksize": 2, "mode": "CRD"}, (1, 12, 2, 3)),
+                                              ("SpaceToDepth", {"blocksize": 3}, (2, 2, 6, 3))], ids=str)
+def test_depth_space(op, attrs, shape):
+    x = rand(*shape)
+    graph = imported(make_model([node(op, ["x"], **attrs)], {"x": x}, {}, ["y"], 13), {"x": x})
+    assert graph.op_counts() == {"Reshape": 2, "Transpose": 1}
+
+
+def test_instance_normalization():
+    x = rand(2, 3, 4, 5) * 2 + 1
+    consts = {"s": rand(3), "b": rand(3)}
+    imported(make_model([node("InstanceNormalization", ["x", "s", "b"], epsilon=1e-3)], {"x": x}, consts, ["y"], 13),
+             {"x": x}, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("opset", [13, LATEST])
+@pytest.mark.parametrize("axes, keepdims", [([1], 1), ([0, -1], 0), (None, 0)], ids=str)
+def test_reduce_log_sum_exp(axes, keepdims, opset):
+    x = rand(3, 4, 5) * 4
+    ins, consts, attrs = ["x"], {}, {"keepdims": keepdims}
+    if axes is not None:
+        if opset >= 18:
+            consts["axes"] = np.array(axes, np.int64)
+            ins.append("axes")
+        else:
+            attrs["axes"] = axes
+    imported(make_model([node("ReduceLogSumExp", ins, **attrs)], {"x": x}, consts, ["y"], opset), {"x": x},
+             rtol=1e-5, atol=1e-5)

@@ -1,6 +1,7 @@
-"""Tensor expressions of the ops in ``graph.ops.activation``, ``graph.ops.extra`` and
-``graph.ops.reduce_extra``: activations, exact rounding, Sign, Max/Min/PRelu, Pad, Tile, the extra
-reductions, ArgMax/ArgMin and LRN.
+"""Tensor expressions of the ops in ``graph.ops.activation``, ``graph.ops.extra``,
+``graph.ops.reduce_extra`` and ``graph.ops.deconv``: activations, exact rounding, Sign,
+Max/Min/PRelu, comparisons and logic, LogSoftmax, Pad, Tile, the extra reductions, ArgMax/ArgMin,
+LRN and ConvTranspose.
 
 The tensor language has no floor: Floor, Ceil and Round are built exactly from a float -> int32
 truncation (below 2^23, or 2^52 for float64, in two steps; every float of larger magnitude is
@@ -55,6 +56,10 @@ def _elu(x, alpha):
     return te.if_then_else(x > 0.0, x, alpha * (te.exp(te.min(x, 0.0)) - 1.0))
 
 
+def _softplus(x):
+    return te.max(x, 0.0) + te.log(1.0 + te.exp(0.0 - te.abs(x)))
+
+
 def _activation_fn(node, dtype: str):
     attr = node.attr
     alpha = attr("alpha")
@@ -77,9 +82,14 @@ def _activation_fn(node, dtype: str):
         hs = (lambda x: te.max(te.min(x * a + b, 1.0), 0.0))
         return hs if node.op == "HardSigmoid" else (lambda x: x * hs(x))
     if node.op == "Softplus":
-        return lambda x: te.max(x, 0.0) + te.log(1.0 + te.exp(0.0 - te.abs(x)))
+        return _softplus
     if node.op == "Softsign":
         return lambda x: x / (1.0 + te.abs(x))
+    if node.op == "Mish":
+        return lambda x: x * te.tanh(_softplus(x))
+    if node.op == "Celu":
+        a = 1.0 if alpha is None else float(alpha)
+        return lambda x: te.max(x, 0.0) + te.min(a * (te.exp(te.min(x, 0.0) * (1.0 / a)) - 1.0), 0.0)
     if node.op == "Floor":
         return lambda x: floor(x, dtype)
     if node.op == "Ceil":
@@ -88,7 +98,7 @@ def _activation_fn(node, dtype: str):
 
 
 @lowering("LeakyRelu", "ThresholdedRelu", "Elu", "Selu", "HardSigmoid", "HardSwish", "Softplus", "Softsign",
-          "Floor", "Ceil", "Round")
+          "Mish", "Celu", "Floor", "Ceil", "Round")
 def _activation(ctx, node, ins, outs):
     (x,) = ins
     _float(node, x)
@@ -125,6 +135,49 @@ def _prelu(ctx, node, ins, outs):
         e = x(*i)
         return te.if_then_else(e < 0.0, slope.at(i) * e, e)
     return [ctx.emit(outs[0].shape, outs[0].dtype, f, "prelu")]
+
+
+# ------------------------------------------------------------------ comparisons and logic
+
+def _xor(a, b):
+    return te.if_then_else(a, te.if_then_else(b, False, True), b)
+
+
+_LOGIC = {"LessOrEqual": lambda a, b: a <= b, "GreaterOrEqual": lambda a, b: a >= b,
+          "And": lambda a, b: a & b, "Or": lambda a, b: a | b, "Xor": _xor}
+
+
+@lowering(*_LOGIC)
+def _logic(ctx, node, ins, outs):
+    a, b = ins
+    fn = _LOGIC[node.op]
+    return [ctx.emit(outs[0].shape, "bool", lambda *i: fn(a.at(i), b.at(i)), node.op.lower())]
+
+
+@lowering("Not")
+def _not(ctx, node, ins, outs):
+    (x,) = ins
+    return [ctx.emit(outs[0].shape, "bool", lambda *i: te.if_then_else(x(*i), False, True), "not")]
+
+
+@lowering("LogSoftmax")
+def _log_softmax(ctx, node, ins, outs):
+    x = ins[0]
+    axis = node.attr("axis")
+    shape, dtype = outs[0].shape, outs[0].dtype
+    rows = shape[:axis] + shape[axis + 1:] or (1,)
+    k1, k2 = te.reduce_axis(shape[axis], "k"), te.reduce_axis(shape[axis], "k")
+
+    def at(i, j):       # the input index of a row index with j on the axis
+        i = list(i) if shape[:axis] + shape[axis + 1:] else []
+        return i[:axis] + [j] + i[axis:]
+
+    def row(i):         # the row index of an output index
+        i = list(i)
+        return (i[:axis] + i[axis + 1:]) or [0]
+    mx = ctx.emit(rows, dtype, lambda *i: te.max(x(*at(i, k1)), axis=k1), "row_max")
+    total = ctx.emit(rows, dtype, lambda *i: te.sum(te.exp(x(*at(i, k2)) - mx(*i)), axis=k2), "row_sum")
+    return [ctx.emit(shape, dtype, lambda *i: x(*i) - mx(*row(i)) - te.log(total(*row(i))), "log_softmax")]
 
 
 # ------------------------------------------------------------------ Pad, Tile

@@ -1,5 +1,5 @@
-"""Converters of the ops defined in ``graph.ops.activation``, ``graph.ops.extra`` and
-``graph.ops.reduce_extra``, and of the ONNX ops imported as chains of existing kinds: Sum, Mean,
+"""Converters of the ops defined in ``graph.ops.activation``, ``graph.ops.extra``,
+``graph.ops.reduce_extra`` and ``graph.ops.deconv``, and of the ONNX ops imported as chains of existing kinds: Sum, Mean,
 Max, Min (binary chains, Mean with a Div) and Split (one Slice per output)."""
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def _axes(ctx, node, rank: int, index: int, attr: str = "axes"):
 
 ACTIVATION_ATTRS = {
     "LeakyRelu": ("alpha",), "ThresholdedRelu": ("alpha",), "Elu": ("alpha",), "Selu": ("alpha", "gamma"),
-    "HardSigmoid": ("alpha", "beta"), "HardSwish": (), "Softplus": (), "Softsign": (),
+    "HardSigmoid": ("alpha", "beta"), "HardSwish": (), "Softplus": (), "Softsign": (), "Mish": (), "Celu": ("alpha",),
     "Floor": (), "Ceil": (), "Round": (), "Sign": (),
 }
 
@@ -47,9 +47,20 @@ for _op, _keys in ACTIVATION_ATTRS.items():
     converter(_op, attrs={k: None for k in _keys})(_activation)
 
 
-@converter("PRelu")
-def _prelu(ctx, node):
-    ctx.emit(node, "PRelu", [node.input(0), node.input(1)], node.outputs[0])
+@converter("PRelu", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor")
+def _binary(ctx, node):
+    ctx.emit(node, node.op_type, [node.input(0), node.input(1)], node.outputs[0])
+
+
+@converter("Not")
+def _not(ctx, node):
+    ctx.emit(node, "Not", [node.input(0)], node.outputs[0])
+
+
+@converter("LogSoftmax", attrs={"axis": None})
+def _log_softmax(ctx, node):
+    rank = ctx.type(node.input(0)).rank
+    ctx.emit(node, "LogSoftmax", [node.input(0)], node.outputs[0], axis=axis_of(node, node.attr("axis", -1), rank))
 
 
 # ------------------------------------------------------------------ variadic Sum, Mean, Max, Min

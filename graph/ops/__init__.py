@@ -24,17 +24,23 @@ The canonical op set (``Pattern`` in brackets):
 Defined in ``activation``, ``extra``, ``reduce_extra`` and ``deconv``:
 
 - unary [ELEMWISE]: LeakyRelu(alpha), ThresholdedRelu(alpha), Elu(alpha), Selu(alpha, gamma),
-  HardSigmoid(alpha, beta), HardSwish, Softplus, Softsign, Floor, Ceil, Round (halves to even) on
-  floats; Sign;
-- binary [BROADCAST]: Max, Min (ONNX's variadic Sum/Mean/Max/Min import as chains of Add/Max/Min,
-  Mean with a Div), PRelu(X, slope: broadcast to X);
+  HardSigmoid(alpha, beta), HardSwish, Softplus, Softsign, Mish, Celu(alpha), Floor, Ceil, Round
+  (halves to even) on floats; Sign; Not (bool);
+- binary [BROADCAST]: Max, Min, PRelu(X, slope: broadcast to X), LessOrEqual, GreaterOrEqual,
+  And, Or, Xor;
 - [INJECTIVE]: Pad(pads: 2 * rank ints, begins then ends, negative crops; mode: "constant" |
-  "reflect" | "edge"; value: float), Tile(repeats); ONNX's Split imports as one Slice per output;
+  "reflect" | "edge"; value: float), Tile(repeats);
 - [REDUCE]: ReduceMin, ReduceProd, ReduceL1, ReduceL2, ReduceSumSquare (axes, keepdims as for
   ReduceSum), ArgMax, ArgMin(axis >= 0, keepdims, select_last_index; int64 output),
-  LRN(size, alpha, beta, bias);
+  LRN(size, alpha, beta, bias), LogSoftmax(axis >= 0);
 - [OUT_FUSABLE]: ConvTranspose (2-d NCHW; strides, pads (4), dilations, output_padding (2), group;
   bias optional; ONNX's output_shape and auto_pad=SAME_* are refused by the importer).
+
+Imported as existing kinds (no op of their own): ONNX's variadic Sum, Mean, Max, Min (chains of
+Add/Max/Min, Mean with a Div), Split (a Slice per output), Resize nearest/linear (Gathers with
+import-time index maps, linear weighted by constants), GlobalMaxPool (ReduceMax),
+DepthToSpace/SpaceToDepth (Reshape, Transpose, Reshape), InstanceNormalization and
+ReduceLogSumExp (their arithmetic in existing kinds).
 
 ONNX's Flatten, Squeeze and Unsqueeze become Reshape; Shape, ConstantOfShape, Range, Constant
 and anything computable from static shapes are folded by the importer; Dropout (inference) and

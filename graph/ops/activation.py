@@ -1,7 +1,7 @@
 """Activations with attributes and rounding maps (Pattern.ELEMWISE), ONNX semantics.
 
 LeakyRelu(alpha), ThresholdedRelu(alpha), Elu(alpha), Selu(alpha, gamma), HardSigmoid(alpha,
-beta), HardSwish, Softplus, Softsign on floats; Floor, Ceil, Round (half to even) on floats; Sign
+beta), HardSwish, Softplus, Softsign, Mish, Celu(alpha) on floats; Floor, Ceil, Round (half to even) on floats; Sign
 on any numeric type. The reference semantics compute in float64 and round once to the input's dtype.
 """
 from __future__ import annotations
@@ -44,6 +44,9 @@ ACTIVATIONS = {
     "HardSwish": ({}, lambda x, a: x * np.clip(x / 6.0 + 0.5, 0.0, 1.0), "x * max(0, min(1, x / 6 + 1/2))"),
     "Softplus": ({}, lambda x, a: _softplus(x), "log(1 + exp(x))"),
     "Softsign": ({}, lambda x, a: x / (1.0 + np.abs(x)), "x / (1 + |x|)"),
+    "Mish": ({}, lambda x, a: x * np.tanh(_softplus(x)), "x * tanh(softplus(x))"),
+    "Celu": ({"alpha": 1.0}, lambda x, a: np.maximum(x, 0.0) + np.minimum(0.0, a["alpha"] * np.expm1(
+        np.minimum(x, 0.0) / a["alpha"])), "max(0, x) + min(0, alpha * (exp(x / alpha) - 1))"),
     "Floor": ({}, lambda x, a: np.floor(x), "the largest integer not above x"),
     "Ceil": ({}, lambda x, a: np.ceil(x), "the smallest integer not below x"),
     "Round": ({}, lambda x, a: np.round(x), "x rounded to the nearest integer, halves to even"),

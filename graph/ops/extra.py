@@ -1,5 +1,6 @@
-"""More ONNX compute ops: Max, Min, PRelu (Pattern.BROADCAST), Pad and Tile (Pattern.INJECTIVE),
-LRN (Pattern.REDUCE: a window sum across channels).
+"""More ONNX compute ops: Max, Min, PRelu, LessOrEqual, GreaterOrEqual, And, Or, Xor
+(Pattern.BROADCAST), Not (Pattern.ELEMWISE), Pad and Tile (Pattern.INJECTIVE), LRN (Pattern.REDUCE:
+a window sum across channels) and LogSoftmax (Pattern.REDUCE).
 
 ONNX's variadic Sum, Mean, Max and Min are imported as chains of the binary Add, Max, Min (and a
 Div for Mean); Split becomes one Slice per output.
@@ -55,6 +56,55 @@ def _prelu_infer(node, types):
 register(OpDef("PRelu", ("X", "slope"), _prelu_infer,
                lambda node, a: [np.where(a[0] < 0, a[1] * a[0], a[0]).astype(a[0].dtype)], Pattern.BROADCAST,
                doc="x, slope * x below 0 (slope broadcast to x)"))
+
+
+# ------------------------------------------------------------------ comparisons and logic
+
+def _compare_infer(node, types):
+    a, b = types
+    if a.dtype != b.dtype:
+        _fail(node, f"inputs have different dtypes ({a.dtype}, {b.dtype})")
+    if node.op in ("And", "Or", "Xor") and a.dtype != "bool":
+        _fail(node, f"needs bool inputs, got {a.dtype}")
+    return [TensorType(broadcast_shape(node, a.shape, b.shape), "bool")]
+
+
+for _kind, _fn in (("LessOrEqual", np.less_equal), ("GreaterOrEqual", np.greater_equal), ("And", np.logical_and),
+                   ("Or", np.logical_or), ("Xor", np.logical_xor)):
+    register(OpDef(_kind, ("A", "B"), _compare_infer, lambda node, a, fn=_fn: [np.asarray(fn(a[0], a[1]))],
+                   Pattern.BROADCAST, doc=f"bool {_fn.__name__}, broadcasting"))
+
+
+def _not_infer(node, types):
+    if types[0].dtype != "bool":
+        _fail(node, f"needs a bool input, got {types[0].dtype}")
+    return [same_type(types[0])]
+
+
+register(OpDef("Not", ("X",), _not_infer, lambda node, a: [np.logical_not(a[0])], Pattern.ELEMWISE,
+               doc="logical not"))
+
+
+# ------------------------------------------------------------------ LogSoftmax
+
+def _log_softmax_eval(node, arrays):
+    x = arrays[0]
+    axis = node.attr("axis")
+    d = x.astype(np.float64) - np.max(x, axis=axis, keepdims=True)
+    return [(d - np.log(np.exp(d).sum(axis=axis, keepdims=True))).astype(x.dtype)]
+
+
+def _log_softmax_infer(node, types):
+    x, axis = types[0], node.attr("axis")
+    if isinstance(axis, bool) or not isinstance(axis, int) or not 0 <= axis < x.rank:
+        _fail(node, f"axis {axis!r} is not in [0, {x.rank})")
+    if x.dtype[0] != "f":
+        _fail(node, f"needs a float input, got {x.dtype}")
+    return [same_type(x)]
+
+
+register(OpDef("LogSoftmax", ("input",), _log_softmax_infer, _log_softmax_eval,
+               Pattern.REDUCE, {"axis": REQUIRED}, doc="x - max - log(sum(exp(x - max))) along `axis` (ONNX 13)"))
 
 
 # ------------------------------------------------------------------ Pad

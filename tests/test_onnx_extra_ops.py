@@ -466,3 +466,16 @@ def test_reduce_log_sum_exp(axes, keepdims, opset):
             attrs["axes"] = axes
     imported(make_model([node("ReduceLogSumExp", ins, **attrs)], {"x": x}, consts, ["y"], opset), {"x": x},
              rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("attrs", [{"strides": (2, 2), "pads": (1, 0, 1, 1), "output_padding": (1, 0)},
+                                   {"strides": (3, 1), "group": 2}], ids=str)
+def test_conv_transpose_with_runtime_weights(attrs):
+    """Weights that are an input, not a constant: the kernel splits them by output phase itself."""
+    b = GraphBuilder("deconv")
+    x, w = b.input("x", (1, 4, 5, 4)), b.input("w", (4, 3, 4, 3))
+    g = b.build([b.op("ConvTranspose", [x, w, None], **attrs)])
+    feeds = {"x": rand(1, 4, 5, 4), "w": rand(4, 3, 4, 3)}
+    check_lowered(g, feeds)
+    got = compile_model(g, threads=1).run(feeds)
+    np.testing.assert_allclose(got[g.outputs[0]], run(g, feeds)[g.outputs[0]], rtol=1e-4, atol=1e-5)

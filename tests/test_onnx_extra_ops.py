@@ -479,3 +479,19 @@ def test_conv_transpose_with_runtime_weights(attrs):
     check_lowered(g, feeds)
     got = compile_model(g, threads=1).run(feeds)
     np.testing.assert_allclose(got[g.outputs[0]], run(g, feeds)[g.outputs[0]], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("groups", [1, 2, 6])
+def test_group_normalization(groups):
+    x = rand(2, 6, 3, 4) * 2 + 1
+    consts = {"s": rand(6), "b": rand(6)}
+    imported(make_model([node("GroupNormalization", ["x", "s", "b"], num_groups=groups, epsilon=1e-3)], {"x": x},
+                        consts, ["y"], 21), {"x": x}, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("attrs", [{}, {"exclusive": 1}, {"reverse": 1}, {"exclusive": 1, "reverse": 1}], ids=str)
+@pytest.mark.parametrize("axis, dtype", [(1, "float32"), (-1, "int64")], ids=str)
+def test_cumsum(attrs, axis, dtype):
+    x = (rand(3, 5, 4) * 3).astype(dtype)
+    imported(make_model([node("CumSum", ["x", "axis"], **attrs)], {"x": x}, {"axis": np.array(axis, np.int64)},
+                        ["y"], 14), {"x": x}, rtol=1e-5, atol=1e-5)

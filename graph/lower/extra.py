@@ -1,6 +1,6 @@
 """Tensor expressions of the ops in ``graph.ops.activation``, ``graph.ops.extra``,
 ``graph.ops.reduce_extra`` and ``graph.ops.deconv``: activations, exact rounding, Sign,
-Max/Min/PRelu, comparisons and logic, LogSoftmax, Pad, Tile, the extra reductions, ArgMax/ArgMin,
+Max/Min/PRelu, comparisons and logic, LogSoftmax, CumSum, Pad, Tile, the extra reductions, ArgMax/ArgMin,
 LRN and ConvTranspose.
 
 The tensor language has no floor: Floor, Ceil and Round are built exactly from a float -> int32
@@ -181,6 +181,22 @@ def _log_softmax(ctx, node, ins, outs):
     mx = ctx.emit(rows, dtype, lambda *i: te.max(x(*at(i, k1)), axis=k1), "row_max")
     total = ctx.emit(rows, dtype, lambda *i: te.sum(te.exp(x(*at(i, k2)) - mx(*i)), axis=k2), "row_sum")
     return [ctx.emit(shape, dtype, lambda *i: x(*i) - mx(*row(i)) - te.log(total(*row(i))), "log_softmax")]
+
+
+@lowering("CumSum")
+def _cumsum(ctx, node, ins, outs):
+    """A masked sum over the whole axis per element (quadratic in the axis length, exact order-free)."""
+    x = ins[0]
+    axis = node.attr("axis")
+    exclusive, reverse = bool(node.attr("exclusive", 0)), bool(node.attr("reverse", 0))
+    k = te.reduce_axis(x.shape[axis], "k")
+
+    def f(*i):
+        i = list(i)
+        here = i[axis]
+        take = (k > here if exclusive else k >= here) if reverse else (k < here if exclusive else k <= here)
+        return te.sum(te.if_then_else(take, x(*(i[:axis] + [k] + i[axis + 1:])), lit(0, x.dtype)), axis=k)
+    return [ctx.emit(outs[0].shape, outs[0].dtype, f, "cumsum")]
 
 
 # ------------------------------------------------------------------ Pad, Tile

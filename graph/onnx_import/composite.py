@@ -1,6 +1,6 @@
 """ONNX ops imported as compositions of existing kinds: GlobalMaxPool (a ReduceMax), DepthToSpace and
-SpaceToDepth (Reshape, Transpose, Reshape), InstanceNormalization (ReduceMean, Sub, Mul, Sqrt,
-Div and the per-channel scale and bias) and ReduceLogSumExp (ReduceMax, Sub, Exp, ReduceSum, Log,
+SpaceToDepth (Reshape, Transpose, Reshape), InstanceNormalization and GroupNormalization (ReduceMean,
+Sub, Mul, Sqrt, Div and the per-channel scale and bias) and ReduceLogSumExp (ReduceMax, Sub, Exp, ReduceSum, Log,
 Add). The fusion pass merges the pieces back into few kernels."""
 from __future__ import annotations
 
@@ -61,16 +61,38 @@ def _instance_norm(ctx, node):
     x = ctx.type(node.input(0))
     if x.rank < 3 or x.dtype[0] != "f":
         raise node.error(f"needs float N x C x spatial data, got {x.dtype}{list(x.shape)}")
-    axes = tuple(range(2, x.rank))
     per_channel = (x.shape[1],) + (1,) * (x.rank - 2)
-    mean = ctx.emit(node, "ReduceMean", [node.input(0)], axes=axes, keepdims=1)
-    d = ctx.emit(node, "Sub", [node.input(0), mean])
-    var = ctx.emit(node, "ReduceMean", [ctx.emit(node, "Mul", [d, d])], axes=axes, keepdims=1)
-    eps = _scalar(ctx, node, node.attr("epsilon", 1e-5), x.dtype)
-    normed = ctx.emit(node, "Div", [d, ctx.emit(node, "Sqrt", [ctx.emit(node, "Add", [var, eps])])])
+    normed = _normalize(ctx, node, node.input(0), tuple(range(2, x.rank)), x.dtype)
     scale = ctx.emit(node, "Reshape", [node.input(1)], shape=per_channel)
     bias = ctx.emit(node, "Reshape", [node.input(2)], shape=per_channel)
     ctx.emit(node, "Add", [ctx.emit(node, "Mul", [normed, scale]), bias], node.outputs[0])
+
+
+def _normalize(ctx, node, value: str, axes: tuple, eps_dtype: str) -> str:
+    """(value - mean) / sqrt(var + epsilon) over ``axes``."""
+    mean = ctx.emit(node, "ReduceMean", [value], axes=axes, keepdims=1)
+    d = ctx.emit(node, "Sub", [value, mean])
+    var = ctx.emit(node, "ReduceMean", [ctx.emit(node, "Mul", [d, d])], axes=axes, keepdims=1)
+    eps = _scalar(ctx, node, node.attr("epsilon", 1e-5), eps_dtype)
+    return ctx.emit(node, "Div", [d, ctx.emit(node, "Sqrt", [ctx.emit(node, "Add", [var, eps])])])
+
+
+@converter("GroupNormalization", attrs={"epsilon": None, "num_groups": None, "stash_type": one_of(1)})
+def _group_norm(ctx, node):
+    x = ctx.type(node.input(0))
+    groups = node.attr("num_groups")
+    if x.rank < 3 or x.dtype[0] != "f" or not isinstance(groups, int) or groups < 1 or x.shape[1] % groups:
+        raise node.error(f"needs float N x C x spatial data with C divisible by num_groups, got "
+                         f"{x.dtype}{list(x.shape)} and num_groups={groups!r}")
+    n, c = x.shape[:2]
+    rest = x.size // (n * c)
+    grouped = ctx.emit(node, "Reshape", [node.input(0)], shape=(n, groups, (c // groups) * rest))
+    normed = ctx.emit(node, "Reshape", [_normalize(ctx, node, grouped, (2,), x.dtype)], shape=x.shape)
+    per_channel = (c,) + (1,) * (x.rank - 2)
+    if node.since < 21:
+        raise node.error("the deprecated opset-18 form (a scale and bias per group) is not supported")
+    params = [ctx.emit(node, "Reshape", [node.input(i)], shape=per_channel) for i in (1, 2)]
+    ctx.emit(node, "Add", [ctx.emit(node, "Mul", [normed, params[0]]), params[1]], node.outputs[0])
 
 
 @converter("ReduceLogSumExp", attrs={"axes": None, "keepdims": None, "noop_with_empty_axes": None})

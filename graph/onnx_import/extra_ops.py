@@ -198,3 +198,13 @@ def _conv_transpose(ctx, node):
     ctx.emit(node, "ConvTranspose", [node.input(0), node.input(1), node.input(2)], node.outputs[0],
              strides=tuple(node.attr("strides", (1, 1))), pads=pads, dilations=tuple(node.attr("dilations", (1, 1))),
              output_padding=tuple(node.attr("output_padding", (0, 0))), group=node.attr("group", 1))
+
+
+@converter("CumSum", attrs={"exclusive": None, "reverse": None})
+def _cumsum(ctx, node):
+    rank = ctx.type(node.input(0)).rank
+    axis = np.asarray(ctx.const(node, node.input(1), "axis"))
+    if axis.size != 1:
+        raise node.error(f"axis must be a scalar, got shape {axis.shape}")
+    ctx.emit(node, "CumSum", [node.input(0)], node.outputs[0], axis=axis_of(node, int(axis.reshape(-1)[0]), rank),
+             exclusive=int(node.attr("exclusive", 0)), reverse=int(node.attr("reverse", 0)))

@@ -32,15 +32,15 @@ Defined in ``activation``, ``extra``, ``reduce_extra`` and ``deconv``:
   "reflect" | "edge"; value: float), Tile(repeats);
 - [REDUCE]: ReduceMin, ReduceProd, ReduceL1, ReduceL2, ReduceSumSquare (axes, keepdims as for
   ReduceSum), ArgMax, ArgMin(axis >= 0, keepdims, select_last_index; int64 output),
-  LRN(size, alpha, beta, bias), LogSoftmax(axis >= 0);
+  LRN(size, alpha, beta, bias), LogSoftmax(axis >= 0), CumSum(axis >= 0, exclusive, reverse);
 - [OUT_FUSABLE]: ConvTranspose (2-d NCHW; strides, pads (4), dilations, output_padding (2), group;
   bias optional; ONNX's output_shape and auto_pad=SAME_* are refused by the importer).
 
 Imported as existing kinds (no op of their own): ONNX's variadic Sum, Mean, Max, Min (chains of
 Add/Max/Min, Mean with a Div), Split (a Slice per output), Resize nearest/linear (Gathers with
 import-time index maps, linear weighted by constants), GlobalMaxPool (ReduceMax),
-DepthToSpace/SpaceToDepth (Reshape, Transpose, Reshape), InstanceNormalization and
-ReduceLogSumExp (their arithmetic in existing kinds).
+DepthToSpace/SpaceToDepth (Reshape, Transpose, Reshape), InstanceNormalization,
+GroupNormalization and ReduceLogSumExp (their arithmetic in existing kinds).
 
 ONNX's Flatten, Squeeze and Unsqueeze become Reshape; Shape, ConstantOfShape, Range, Constant
 and anything computable from static shapes are folded by the importer; Dropout (inference) and

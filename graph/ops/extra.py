@@ -1,6 +1,6 @@
 """More ONNX compute ops: Max, Min, PRelu, LessOrEqual, GreaterOrEqual, And, Or, Xor
 (Pattern.BROADCAST), Not (Pattern.ELEMWISE), Pad and Tile (Pattern.INJECTIVE), LRN (Pattern.REDUCE:
-a window sum across channels) and LogSoftmax (Pattern.REDUCE).
+a window sum across channels), LogSoftmax and CumSum (Pattern.REDUCE).
 
 ONNX's variadic Sum, Mean, Max and Min are imported as chains of the binary Add, Max, Min (and a
 Div for Mean); Split becomes one Slice per output.
@@ -200,3 +200,33 @@ def _lrn_eval(node, arrays):
 register(OpDef("LRN", ("X",), _lrn_infer, _lrn_eval, Pattern.REDUCE,
                {"size": REQUIRED, "alpha": 1e-4, "beta": 0.75, "bias": 1.0},
                doc="x / (bias + alpha / size * sum of x^2 over `size` neighbouring channels) ^ beta"))
+
+
+# ------------------------------------------------------------------ CumSum
+
+def _cumsum_infer(node, types):
+    x, axis = types[0], node.attr("axis")
+    if isinstance(axis, bool) or not isinstance(axis, int) or not 0 <= axis < max(x.rank, 1):
+        _fail(node, f"axis {axis!r} is not in [0, {x.rank})")
+    if x.dtype == "bool" or node.attr("exclusive", 0) not in (0, 1) or node.attr("reverse", 0) not in (0, 1):
+        _fail(node, f"needs a numeric input and exclusive, reverse in (0, 1), got {x.dtype}")
+    return [same_type(x)]
+
+
+def _cumsum_eval(node, arrays):
+    x = arrays[0]
+    axis = node.attr("axis")
+    acc = x.astype(np.float64) if x.dtype.kind == "f" else x
+    if node.attr("reverse", 0):
+        acc = np.flip(acc, axis)
+    out = np.cumsum(acc, axis=axis)
+    if node.attr("exclusive", 0):
+        out = out - acc
+    if node.attr("reverse", 0):
+        out = np.flip(out, axis)
+    return [np.ascontiguousarray(out).astype(x.dtype)]
+
+
+register(OpDef("CumSum", ("x",), _cumsum_infer, _cumsum_eval, Pattern.REDUCE,
+               {"axis": REQUIRED, "exclusive": 0, "reverse": 0},
+               doc="running sum along `axis` (exclusive: without the element itself; reverse: from the end)"))

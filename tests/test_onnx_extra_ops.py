@@ -11,7 +11,7 @@ from graph.builder import GraphBuilder
 from graph.fusion import fuse
 from graph.interpret import run
 from graph.lower import LoweringError, lower_group
-from graph.lower.extra import floor, round_half_even
+from graph.lower.extra import floor, round_half_even, sine
 from graph.onnx_import import OnnxImportError, load_onnx
 from tensorir import te
 from tensorir.te.evaluate import evaluate
@@ -63,6 +63,7 @@ ACTIVATIONS = [("LeakyRelu", {}), ("LeakyRelu", {"alpha": 0.2}), ("ThresholdedRe
                ("Elu", {}), ("Elu", {"alpha": 0.3}), ("Selu", {}), ("Selu", {"alpha": 1.5, "gamma": 2.0}),
                ("HardSigmoid", {}), ("HardSigmoid", {"alpha": 0.3, "beta": 0.4}), ("HardSwish", {}),
                ("Softplus", {}), ("Softsign", {}), ("Mish", {}), ("Celu", {}), ("Celu", {"alpha": 0.5}),
+               ("Shrink", {}), ("Shrink", {"bias": 0.5, "lambd": 1.0}), ("Sin", {}), ("Cos", {}),
                ("Floor", {}), ("Ceil", {}), ("Round", {}), ("Sign", {})]
 
 
@@ -495,3 +496,39 @@ def test_cumsum(attrs, axis, dtype):
     x = (rand(3, 5, 4) * 3).astype(dtype)
     imported(make_model([node("CumSum", ["x", "axis"], **attrs)], {"x": x}, {"axis": np.array(axis, np.int64)},
                         ["y"], 14), {"x": x}, rtol=1e-5, atol=1e-5)
+
+
+def test_sine_and_cosine_are_accurate_far_from_zero():
+    xs = np.concatenate([np.linspace(-1e4, 1e4, 20001), np.linspace(-7, 7, 1001)]).astype("float32")
+    x = te.placeholder((xs.size,), "float32", "x")
+    outs = [te.compute((xs.size,), lambda i: sine(x[i], "float32"), "sin"),
+            te.compute((xs.size,), lambda i: sine(x[i], "float32", np.pi / 2), "cos")]
+    got_sin, got_cos = evaluate([x] + outs, [xs])
+    xd = xs.astype(np.float64)
+    assert np.abs(got_sin - np.sin(xd)).max() < 2e-7 and np.abs(got_cos - np.cos(xd)).max() < 2e-7
+
+
+@pytest.mark.parametrize("fmod", [0, 1])
+def test_integer_mod(fmod):
+    a = RNG.integers(-20, 20, (4, 5)).astype(np.int64)
+    b = np.array([3, -4, 7, -1, 5], np.int64)
+    imported(make_model([node("Mod", ["a", "b"], fmod=fmod)], {"a": a}, {"b": b}, ["y"], 13), {"a": a})
+
+
+def test_float_fmod_imports_and_folds_but_does_not_compile():
+    a = rand(3, 4)
+    graph = check(make_model([node("Mod", ["a", "b"], fmod=1)], {"a": a}, {"b": rand(4, low=0.5)}, ["y"], 13),
+                  {"a": a})
+    with pytest.raises(LoweringError, match=r"mod0 \(Mod\): a float remainder \(fmod\) has no exact kernel"):
+        lower_group(graph, fuse(graph)[0])
+
+
+@pytest.mark.parametrize("upper", [0, 1])
+@pytest.mark.parametrize("k", [None, 1, -2])
+def test_trilu(upper, k):
+    x = rand(2, 4, 5)
+    ins, consts = ["x"], {}
+    if k is not None:
+        ins.append("k")
+        consts["k"] = np.array(k, np.int64)
+    imported(make_model([node("Trilu", ins, upper=upper)], {"x": x}, consts, ["y"], 14), {"x": x})

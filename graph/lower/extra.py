@@ -51,6 +51,28 @@ def round_half_even(x, dtype: str):
     return te.if_then_else(te.abs(x) < (2.0 ** 23 if dtype == "float32" else 2.0 ** 52), near, x)
 
 
+# sin(r) = r * sum_k (-1)^k r^(2k) / (2k + 1)! on [-pi, pi]: the x^25 term is below 1e-11
+_SIN_TAYLOR = [(-1) ** k / math.factorial(2 * k + 1) for k in range(12)]
+_TWO_PI_HI, _TWO_PI_LO = 6.283185307179586, 2.4492935982947064e-16      # 2 pi = HI + LO
+
+
+def sine(x, dtype: str, shift: float = 0.0):
+    """sin(x + shift) in float64 after a reduction by the nearest multiple of 2 pi (absolute error below
+    1e-9 for |x| < 1e5; valid for |x| < 1e9), rounded to ``dtype``."""
+    x64 = te.cast("float64", x)
+    if shift:
+        x64 = x64 + shift
+    y = x64 * (1.0 / _TWO_PI_HI)
+    # the nearest integer by truncating y +- 1/2 (halves go either way: any near multiple reduces well)
+    k = te.cast("float64", te.cast("int32", y + te.if_then_else(y < 0.0, -0.5, 0.5)))
+    r = (x64 - k * _TWO_PI_HI) - k * _TWO_PI_LO
+    r2 = r * r
+    poly = _SIN_TAYLOR[-1]
+    for c in reversed(_SIN_TAYLOR[:-1]):
+        poly = c + r2 * poly
+    return te.cast(dtype, r * poly)
+
+
 def _elu(x, alpha):
     return te.if_then_else(x > 0.0, x, alpha * (te.exp(te.min(x, 0.0)) - 1.0))
 
@@ -89,6 +111,11 @@ def _activation_fn(node, dtype: str):
     if node.op == "Celu":
         a = 1.0 if alpha is None else float(alpha)
         return lambda x: te.max(x, 0.0) + te.min(a * (te.exp(te.min(x, 0.0) * (1.0 / a)) - 1.0), 0.0)
+    if node.op == "Shrink":
+        bias, lambd = float(attr("bias", 0.0)), float(attr("lambd", 0.5))
+        return lambda x: te.if_then_else(x < -lambd, x + bias, te.if_then_else(x > lambd, x - bias, lit(0, dtype)))
+    if node.op in ("Sin", "Cos"):
+        return lambda x: sine(x, dtype, 0.0 if node.op == "Sin" else math.pi / 2)
     if node.op == "Floor":
         return lambda x: floor(x, dtype)
     if node.op == "Ceil":
@@ -97,7 +124,7 @@ def _activation_fn(node, dtype: str):
 
 
 @lowering("LeakyRelu", "ThresholdedRelu", "Elu", "Selu", "HardSigmoid", "HardSwish", "Softplus", "Softsign",
-          "Mish", "Celu", "Floor", "Ceil", "Round")
+          "Mish", "Celu", "Shrink", "Sin", "Cos", "Floor", "Ceil", "Round")
 def _activation(ctx, node, ins, outs):
     (x,) = ins
     _float(node, x)
@@ -151,6 +178,35 @@ def _logic(ctx, node, ins, outs):
     a, b = ins
     fn = _LOGIC[node.op]
     return [ctx.emit(outs[0].shape, "bool", lambda *i: fn(a.at(i), b.at(i)), node.op.lower())]
+
+
+@lowering("Mod")
+def _mod(ctx, node, ins, outs):
+    a, b = ins
+    if storage_dtype(a.dtype) != "int32":
+        raise LoweringError(f"node {node.name} (Mod): a float remainder (fmod) has no exact kernel; only integer Mod "
+                            "compiles")
+    truncated = bool(node.attr("fmod", 0))
+
+    def f(*i):
+        x, y = a.at(i), b.at(i)
+        r = x % y                              # te's % takes the divisor's sign
+        if not truncated:
+            return r
+        return te.if_then_else(te.all(te.not_equal(r, 0), te.not_equal(x < 0, y < 0)), r - y, r)
+    return [ctx.emit(outs[0].shape, outs[0].dtype, f, "mod")]
+
+
+@lowering("Trilu")
+def _trilu(ctx, node, ins, outs):
+    x = ins[0]
+    k, upper = node.attr("k", 0), bool(node.attr("upper", 1))
+
+    def f(*i):
+        d = i[-1] - i[-2]
+        keep = d >= k if upper else d <= k
+        return te.if_then_else(keep, x(*i), lit(0, x.dtype) if x.dtype != "bool" else False)
+    return [ctx.emit(outs[0].shape, outs[0].dtype, f, "trilu")]
 
 
 @lowering("Not")

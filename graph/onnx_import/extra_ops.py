@@ -34,6 +34,7 @@ def _axes(ctx, node, rank: int, index: int, attr: str = "axes"):
 ACTIVATION_ATTRS = {
     "LeakyRelu": ("alpha",), "ThresholdedRelu": ("alpha",), "Elu": ("alpha",), "Selu": ("alpha", "gamma"),
     "HardSigmoid": ("alpha", "beta"), "HardSwish": (), "Softplus": (), "Softsign": (), "Mish": (), "Celu": ("alpha",),
+    "Shrink": ("bias", "lambd"), "Sin": (), "Cos": (),
     "Floor": (), "Ceil": (), "Round": (), "Sign": (),
 }
 
@@ -208,3 +209,19 @@ def _cumsum(ctx, node):
         raise node.error(f"axis must be a scalar, got shape {axis.shape}")
     ctx.emit(node, "CumSum", [node.input(0)], node.outputs[0], axis=axis_of(node, int(axis.reshape(-1)[0]), rank),
              exclusive=int(node.attr("exclusive", 0)), reverse=int(node.attr("reverse", 0)))
+
+
+@converter("Mod", attrs={"fmod": None})
+def _mod(ctx, node):
+    ctx.emit(node, "Mod", [node.input(0), node.input(1)], node.outputs[0], fmod=int(node.attr("fmod", 0)))
+
+
+@converter("Trilu", attrs={"upper": None})
+def _trilu(ctx, node):
+    k = 0
+    if node.input(1):
+        value = np.asarray(ctx.const(node, node.input(1), "k"))
+        if value.size != 1:
+            raise node.error(f"k must be a scalar, got shape {value.shape}")
+        k = int(value.reshape(-1)[0])
+    ctx.emit(node, "Trilu", [node.input(0)], node.outputs[0], upper=int(node.attr("upper", 1)), k=k)

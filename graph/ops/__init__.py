@@ -24,10 +24,10 @@ The canonical op set (``Pattern`` in brackets):
 Defined in ``activation``, ``extra``, ``reduce_extra`` and ``deconv``:
 
 - unary [ELEMWISE]: LeakyRelu(alpha), ThresholdedRelu(alpha), Elu(alpha), Selu(alpha, gamma),
-  HardSigmoid(alpha, beta), HardSwish, Softplus, Softsign, Mish, Celu(alpha), Floor, Ceil, Round
-  (halves to even) on floats; Sign; Not (bool);
+  HardSigmoid(alpha, beta), HardSwish, Softplus, Softsign, Mish, Celu(alpha), Shrink(bias, lambd),
+  Sin, Cos, Floor, Ceil, Round (halves to even) on floats; Sign; Not (bool); Trilu(upper, k);
 - binary [BROADCAST]: Max, Min, PRelu(X, slope: broadcast to X), LessOrEqual, GreaterOrEqual,
-  And, Or, Xor;
+  And, Or, Xor, Mod(fmod; floats only with fmod=1, which folds at import but has no kernel);
 - [INJECTIVE]: Pad(pads: 2 * rank ints, begins then ends, negative crops; mode: "constant" |
   "reflect" | "edge"; value: float), Tile(repeats);
 - [REDUCE]: ReduceMin, ReduceProd, ReduceL1, ReduceL2, ReduceSumSquare (axes, keepdims as for

@@ -1,7 +1,7 @@
 """Activations with attributes and rounding maps (Pattern.ELEMWISE), ONNX semantics.
 
 LeakyRelu(alpha), ThresholdedRelu(alpha), Elu(alpha), Selu(alpha, gamma), HardSigmoid(alpha,
-beta), HardSwish, Softplus, Softsign, Mish, Celu(alpha) on floats; Floor, Ceil, Round (half to even) on floats; Sign
+beta), HardSwish, Softplus, Softsign, Mish, Celu(alpha), Shrink(bias, lambd), Sin, Cos on floats; Floor, Ceil, Round (half to even) on floats; Sign
 on any numeric type. The reference semantics compute in float64 and round once to the input's dtype.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ def _float_infer(node, types):
     x = types[0]
     if x.dtype[0] != "f":
         raise OpError(f"node {node.name} ({node.op}): needs a float input, got {x.dtype}")
-    for key in ("alpha", "beta", "gamma"):
+    for key in ("alpha", "beta", "gamma", "bias", "lambd"):
         value = node.attr(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
             raise OpError(f"node {node.name} ({node.op}): {key} must be a number, got {value!r}")
@@ -47,6 +47,10 @@ ACTIVATIONS = {
     "Mish": ({}, lambda x, a: x * np.tanh(_softplus(x)), "x * tanh(softplus(x))"),
     "Celu": ({"alpha": 1.0}, lambda x, a: np.maximum(x, 0.0) + np.minimum(0.0, a["alpha"] * np.expm1(
         np.minimum(x, 0.0) / a["alpha"])), "max(0, x) + min(0, alpha * (exp(x / alpha) - 1))"),
+    "Shrink": ({"bias": 0.0, "lambd": 0.5}, lambda x, a: np.where(x < -a["lambd"], x + a["bias"], np.where(
+        x > a["lambd"], x - a["bias"], 0.0)), "x - bias above lambd, x + bias below -lambd, else 0"),
+    "Sin": ({}, lambda x, a: np.sin(x), "sine"),
+    "Cos": ({}, lambda x, a: np.cos(x), "cosine"),
     "Floor": ({}, lambda x, a: np.floor(x), "the largest integer not above x"),
     "Ceil": ({}, lambda x, a: np.ceil(x), "the smallest integer not below x"),
     "Round": ({}, lambda x, a: np.round(x), "x rounded to the nearest integer, halves to even"),

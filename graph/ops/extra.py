@@ -1,5 +1,5 @@
-"""More ONNX compute ops: Max, Min, PRelu, LessOrEqual, GreaterOrEqual, And, Or, Xor
-(Pattern.BROADCAST), Not (Pattern.ELEMWISE), Pad and Tile (Pattern.INJECTIVE), LRN (Pattern.REDUCE:
+"""More ONNX compute ops: Max, Min, PRelu, LessOrEqual, GreaterOrEqual, And, Or, Xor, Mod
+(Pattern.BROADCAST), Not and Trilu (Pattern.ELEMWISE), Pad and Tile (Pattern.INJECTIVE), LRN (Pattern.REDUCE:
 a window sum across channels), LogSoftmax and CumSum (Pattern.REDUCE).
 
 ONNX's variadic Sum, Mean, Max and Min are imported as chains of the binary Add, Max, Min (and a
@@ -83,6 +83,43 @@ def _not_infer(node, types):
 
 register(OpDef("Not", ("X",), _not_infer, lambda node, a: [np.logical_not(a[0])], Pattern.ELEMWISE,
                doc="logical not"))
+
+
+def _mod_infer(node, types):
+    (out,) = _minmax_infer(node, types)
+    if node.attr("fmod", 0) not in (0, 1) or (out.dtype[0] == "f" and not node.attr("fmod", 0)):
+        _fail(node, f"fmod must be 0 or 1, and 1 for floats (ONNX), got {node.attr('fmod', 0)!r} on {out.dtype}")
+    return [out]
+
+
+def _mod_eval(node, arrays):
+    a, b = arrays
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return [np.asarray(np.fmod(a, b) if node.attr("fmod", 0) else np.mod(a, b)).astype(a.dtype)]
+
+
+register(OpDef("Mod", ("A", "B"), _mod_infer, _mod_eval, Pattern.BROADCAST, {"fmod": 0},
+               doc="remainder: with the divisor's sign (fmod=0, integers) or the dividend's (fmod=1)"))
+
+
+# ------------------------------------------------------------------ Trilu
+
+def _trilu_infer(node, types):
+    x = types[0]
+    if x.rank < 2 or node.attr("upper", 1) not in (0, 1) or isinstance(node.attr("k", 0), bool) or \
+            not isinstance(node.attr("k", 0), int):
+        _fail(node, f"needs rank >= 2, upper in (0, 1) and an int k, got {list(x.shape)}, {dict(node.attrs)}")
+    return [same_type(x)]
+
+
+def _trilu_eval(node, arrays):
+    x = arrays[0]
+    fn = np.triu if node.attr("upper", 1) else np.tril
+    return [np.ascontiguousarray(fn(x, node.attr("k", 0)))]
+
+
+register(OpDef("Trilu", ("input",), _trilu_infer, _trilu_eval, Pattern.ELEMWISE, {"upper": 1, "k": 0},
+               doc="the upper (or lower) triangle of the last two axes from diagonal k, zeros elsewhere"))
 
 
 # ------------------------------------------------------------------ LogSoftmax

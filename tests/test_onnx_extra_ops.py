@@ -37,11 +37,13 @@ def onnxruntime_run(model, feeds):
 
 
 def ort_model(nodes, inputs: dict, consts: dict, opset: int) -> onnx.ModelProto:
-    """A one-output float model for the ops the reference evaluator gets wrong (Mean's broadcasting, LRN's
-    channel window, Pad's negative pads); its output type comes from onnxruntime."""
+    """A one-output float model for the ops the reference evaluator gets wrong or refuses (Mean's
+    broadcasting, LRN's channel window, Pad's negative pads, GatherElements with indices smaller than the
+    data); its output type comes from onnxruntime."""
     def model(out_shape):
         return helper.make_model(helper.make_graph(
-            nodes, "case", [helper.make_tensor_value_info(k, 1, a.shape) for k, a in inputs.items()],
+            nodes, "case", [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+                            for k, a in inputs.items()],
             [helper.make_tensor_value_info("y", 1, out_shape)],
             [numpy_helper.from_array(np.asarray(a), k) for k, a in consts.items()]),
             opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
@@ -532,3 +534,13 @@ def test_trilu(upper, k):
         ins.append("k")
         consts["k"] = np.array(k, np.int64)
     imported(make_model([node("Trilu", ins, upper=upper)], {"x": x}, consts, ["y"], 14), {"x": x})
+
+
+@pytest.mark.parametrize("axis", [0, -1])
+@pytest.mark.parametrize("runtime", [False, True])
+def test_gather_elements(axis, runtime):
+    x = rand(4, 5)
+    idx = RNG.integers(-4, 4, (3, 5) if axis == 0 else (4, 2)).astype(np.int64)
+    feeds, consts = ({"x": x, "i": idx}, {}) if runtime else ({"x": x}, {"i": idx})
+    model = ort_model([node("GatherElements", ["x", "i"], axis=axis)], feeds, consts, 13)
+    imported(model, feeds, "onnxruntime")

@@ -1,6 +1,6 @@
 """Tensor expressions of the ops in ``graph.ops.activation``, ``graph.ops.extra``,
 and ``graph.ops.reduce_extra``: activations, exact rounding, Sign, Max/Min/PRelu, comparisons and
-logic, LogSoftmax, CumSum, Pad, Tile, the extra reductions, ArgMax/ArgMin and LRN.
+logic, LogSoftmax, CumSum, Pad, Tile, GatherElements, the extra reductions, ArgMax/ArgMin and LRN.
 
 The tensor language has no floor: Floor, Ceil and Round are built exactly from a float -> int32
 truncation (below 2^23, or 2^52 for float64, in two steps; every float of larger magnitude is
@@ -288,6 +288,19 @@ def _pad(ctx, node, ins, outs):
         read = x(*idx)
         return te.if_then_else(te.all(*conds), read, value) if conds else read
     return [ctx.emit(outs[0].shape, outs[0].dtype, f, "pad")]
+
+
+@lowering("GatherElements")
+def _gather_elements(ctx, node, ins, outs):
+    data, indices = ins
+    axis = node.attr("axis", 0)
+    n = data.shape[axis]
+
+    def f(*i):
+        j = indices(*i)
+        j = te.if_then_else(j < 0, j + n, j)
+        return data(*(list(i[:axis]) + [j] + list(i[axis + 1:])))
+    return [ctx.emit(outs[0].shape, outs[0].dtype, f, "gather_elements")]
 
 
 @lowering("Tile")

@@ -225,3 +225,10 @@ def _trilu(ctx, node):
             raise node.error(f"k must be a scalar, got shape {value.shape}")
         k = int(value.reshape(-1)[0])
     ctx.emit(node, "Trilu", [node.input(0)], node.outputs[0], upper=int(node.attr("upper", 1)), k=k)
+
+
+@converter("GatherElements", attrs={"axis": None})
+def _gather_elements(ctx, node):
+    rank = ctx.type(node.input(0)).rank
+    ctx.emit(node, "GatherElements", [node.input(0), node.input(1)], node.outputs[0],
+             axis=axis_of(node, node.attr("axis", 0), rank))

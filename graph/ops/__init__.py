@@ -29,7 +29,7 @@ Defined in ``activation``, ``extra``, ``reduce_extra`` and ``deconv``:
 - binary [BROADCAST]: Max, Min, PRelu(X, slope: broadcast to X), LessOrEqual, GreaterOrEqual,
   And, Or, Xor, Mod(fmod; floats only with fmod=1, which folds at import but has no kernel);
 - [INJECTIVE]: Pad(pads: 2 * rank ints, begins then ends, negative crops; mode: "constant" |
-  "reflect" | "edge"; value: float), Tile(repeats);
+  "reflect" | "edge"; value: float), Tile(repeats), GatherElements(axis >= 0; indices an input);
 - [REDUCE]: ReduceMin, ReduceProd, ReduceL1, ReduceL2, ReduceSumSquare (axes, keepdims as for
   ReduceSum), ArgMax, ArgMin(axis >= 0, keepdims, select_last_index; int64 output),
   LRN(size, alpha, beta, bias), LogSoftmax(axis >= 0), CumSum(axis >= 0, exclusive, reverse);

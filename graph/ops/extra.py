@@ -1,5 +1,6 @@
 """More ONNX compute ops: Max, Min, PRelu, LessOrEqual, GreaterOrEqual, And, Or, Xor, Mod
-(Pattern.BROADCAST), Not and Trilu (Pattern.ELEMWISE), Pad and Tile (Pattern.INJECTIVE), LRN (Pattern.REDUCE:
+(Pattern.BROADCAST), Not and Trilu (Pattern.ELEMWISE), Pad, Tile and GatherElements
+(Pattern.INJECTIVE), LRN (Pattern.REDUCE:
 a window sum across channels), LogSoftmax and CumSum (Pattern.REDUCE).
 
 ONNX's variadic Sum, Mean, Max and Min are imported as chains of the binary Add, Max, Min (and a
@@ -189,6 +190,35 @@ register(OpDef("Pad", ("data",), _pad_infer, _pad_eval, Pattern.INJECTIVE,
                {"pads": REQUIRED, "mode": "constant", "value": 0.0},
                doc="pads (begins of every axis, then ends; negative crops) filled by mode: constant `value`, "
                    "reflect, edge"))
+
+
+# ------------------------------------------------------------------ GatherElements
+
+def _gather_elements_infer(node, types):
+    data, indices = types
+    axis = node.attr("axis", 0)
+    if isinstance(axis, bool) or not isinstance(axis, int) or not 0 <= axis < data.rank:
+        _fail(node, f"axis {axis!r} is not in [0, {data.rank})")
+    if indices.dtype not in ("int32", "int64") or indices.rank != data.rank:
+        _fail(node, f"indices must be int32/int64 of the data's rank, got {indices.dtype}{list(indices.shape)}")
+    if any(i > d for n, (i, d) in enumerate(zip(indices.shape, data.shape)) if n != axis):
+        _fail(node, f"indices {indices.shape} exceed the data {data.shape} off axis {axis}")
+    return [TensorType(indices.shape, data.dtype)]
+
+
+def _gather_elements_eval(node, arrays):
+    data, indices = arrays
+    axis, n = node.attr("axis", 0), data.shape[node.attr("axis", 0)]
+    if indices.size and (indices.min() < -n or indices.max() >= n):
+        _fail(node, f"an index is out of range for axis {axis} of size {n}")
+    idx = np.where(indices < 0, indices + n, indices).astype(np.int64)
+    lead = data[tuple(slice(0, d) if k != axis else slice(None) for k, d in enumerate(indices.shape))]
+    return [np.take_along_axis(lead, idx, axis=axis)]
+
+
+register(OpDef("GatherElements", ("data", "indices"), _gather_elements_infer, _gather_elements_eval,
+               Pattern.INJECTIVE, {"axis": 0},
+               doc="out[i] = data[i with the axis index replaced by indices[i]] (negative counts from the end)"))
 
 
 # ------------------------------------------------------------------ Tile

@@ -544,3 +544,17 @@ def test_gather_elements(axis, runtime):
     feeds, consts = ({"x": x, "i": idx}, {}) if runtime else ({"x": x}, {"i": idx})
     model = ort_model([node("GatherElements", ["x", "i"], axis=axis)], feeds, consts, 13)
     imported(model, feeds, "onnxruntime")
+
+
+@pytest.mark.parametrize("attrs", [{}, {"axis": 0, "largest": 0}, {"axis": 1, "sorted": 1}], ids=str)
+def test_topk(attrs):
+    x = np.round(rand(4, 6, 3))              # ties: the lower index comes first
+    model = make_model([node("TopK", ["x", "k"], ["values", "indices"], **attrs)], {"x": x},
+                       {"k": np.array([3], np.int64)}, ["values", "indices"], 13)
+    check(model, {"x": x}, compare_with=onnxruntime_run)
+    graph = imported(model, {"x": x})
+    assert graph.op_counts() == {"TopK": 2}
+    got = compile_model(graph, threads=1).run({"x": x})
+    want = onnxruntime_run(model, {"x": x})
+    np.testing.assert_array_equal(got["values"], want[0])
+    np.testing.assert_array_equal(got["indices"], want[1])

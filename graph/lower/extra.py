@@ -392,6 +392,34 @@ def _arg(ctx, node, ins, outs):
     return [ctx.emit(shape, outs[0].dtype, index, node.op.lower())]
 
 
+@lowering("TopK")
+def _topk(ctx, node, ins, outs):
+    """Exact and order-free: each element's rank is the count of elements before it in the sorted order
+    (a reduction over the axis); position r of the result picks the element of rank r."""
+    x = ins[0]
+    axis, largest = node.attr("axis"), bool(node.attr("largest", 1))
+    n = x.shape[axis]
+    k1, k2 = te.reduce_axis(n, "k"), te.reduce_axis(n, "k")
+
+    def at(i, j):
+        i = list(i)
+        return i[:axis] + [j] + i[axis + 1:]
+
+    def rank(*i):
+        here, other = x(*i), x(*at(i, k1))
+        ahead = other > here if largest else other < here
+        before = ahead | (te.equal(other, here) & (k1 < i[axis]))
+        return te.sum(te.if_then_else(before, 1, 0), axis=k1)
+    ranks = ctx.emit(x.shape, "int32", rank, "rank")
+
+    def pick(*i):
+        hit = te.equal(ranks(*at(i, k2)), i[axis])
+        if node.attr("output", 0) == 1:
+            return te.sum(te.if_then_else(hit, k2.var, 0), axis=k2)
+        return te.sum(te.if_then_else(hit, x(*at(i, k2)), lit(0, x.dtype)), axis=k2)
+    return [ctx.emit(outs[0].shape, outs[0].dtype, pick, "topk")]
+
+
 @lowering("LRN")
 def _lrn(ctx, node, ins, outs):
     x = ins[0]

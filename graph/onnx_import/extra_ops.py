@@ -232,3 +232,17 @@ def _gather_elements(ctx, node):
     rank = ctx.type(node.input(0)).rank
     ctx.emit(node, "GatherElements", [node.input(0), node.input(1)], node.outputs[0],
              axis=axis_of(node, node.attr("axis", 0), rank))
+
+
+@converter("TopK", attrs={"axis": None, "largest": None, "sorted": None})
+def _topk(ctx, node):
+    # sorted=0 leaves the order to the implementation: the sorted order is one
+    x = ctx.type(node.input(0))
+    k = np.asarray(ctx.const(node, node.input(1), "K"))
+    if k.size != 1:
+        raise node.error(f"K must hold one value, got shape {k.shape}")
+    axis = axis_of(node, node.attr("axis", -1), x.rank)
+    for i, out in enumerate(node.outputs[:2]):
+        if out:
+            ctx.emit(node, "TopK", [node.input(0)], out, axis=axis, k=int(k.reshape(-1)[0]),
+                     largest=int(node.attr("largest", 1)), output=i)

@@ -32,7 +32,8 @@ Defined in ``activation``, ``extra``, ``reduce_extra`` and ``deconv``:
   "reflect" | "edge"; value: float), Tile(repeats), GatherElements(axis >= 0; indices an input);
 - [REDUCE]: ReduceMin, ReduceProd, ReduceL1, ReduceL2, ReduceSumSquare (axes, keepdims as for
   ReduceSum), ArgMax, ArgMin(axis >= 0, keepdims, select_last_index; int64 output),
-  LRN(size, alpha, beta, bias), LogSoftmax(axis >= 0), CumSum(axis >= 0, exclusive, reverse);
+  LRN(size, alpha, beta, bias), LogSoftmax(axis >= 0), CumSum(axis >= 0, exclusive, reverse),
+  TopK(axis >= 0, k, largest, output: 0 values | 1 int64 indices; one node per ONNX output used);
 - [OUT_FUSABLE]: ConvTranspose (2-d NCHW; strides, pads (4), dilations, output_padding (2), group;
   bias optional; ONNX's output_shape and auto_pad=SAME_* are refused by the importer).
 

@@ -1,6 +1,10 @@
 """More reductions (Pattern.REDUCE): ReduceMin, ReduceProd, ReduceL1, ReduceL2, ReduceSumSquare
-(``axes``/``keepdims`` as for ReduceSum), and ArgMax, ArgMin (axis >= 0, keepdims, select_last_index;
-int64 indices).
+(``axes``/``keepdims`` as for ReduceSum), ArgMax, ArgMin (axis >= 0, keepdims, select_last_index;
+int64 indices) and TopK.
+
+ONNX's two-output TopK is imported as one single-output ``TopK`` node per output it uses:
+``output=0`` gives the k values, ``output=1`` their int64 indices, both sorted (largest first, or
+smallest first with ``largest=0``; equal values by increasing index, as ONNX specifies).
 """
 from __future__ import annotations
 
@@ -77,3 +81,34 @@ for _kind, _doc in (("ArgMax", "largest"), ("ArgMin", "smallest")):
                    {"axis": REQUIRED, "keepdims": 1, "select_last_index": 0},
                    doc=f"index (int64) of the {_doc} element along `axis`, the first one unless "
                        "select_last_index"))
+
+
+def _topk_infer(node, types):
+    x = types[0]
+    axis, k = node.attr("axis"), node.attr("k")
+    if isinstance(axis, bool) or not isinstance(axis, int) or not 0 <= axis < x.rank:
+        raise OpError(f"node {node.name} (TopK): axis {axis!r} is not in [0, {x.rank})")
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= x.shape[axis]:
+        raise OpError(f"node {node.name} (TopK): k={k!r} must be in [1, {x.shape[axis]}]")
+    if node.attr("largest", 1) not in (0, 1) or node.attr("output", 0) not in (0, 1) or x.dtype == "bool":
+        raise OpError(f"node {node.name} (TopK): needs a numeric input, largest and output in (0, 1)")
+    shape = x.shape[:axis] + (k,) + x.shape[axis + 1:]
+    return [TensorType(shape, x.dtype if node.attr("output", 0) == 0 else "int64")]
+
+
+def _topk_eval(node, arrays):
+    x = arrays[0]
+    axis, k = node.attr("axis"), node.attr("k")
+    key = -x if node.attr("largest", 1) else x
+    if x.dtype.kind == "u":
+        key = np.iinfo(x.dtype).max - x if node.attr("largest", 1) else x
+    order = np.take(np.argsort(key, axis=axis, kind="stable"), np.arange(k), axis=axis)
+    if node.attr("output", 0) == 1:
+        return [order.astype(np.int64)]
+    return [np.take_along_axis(x, order, axis=axis)]
+
+
+register(OpDef("TopK", ("X",), _topk_infer, _topk_eval, Pattern.REDUCE,
+               {"axis": REQUIRED, "k": REQUIRED, "largest": 1, "output": 0},
+               doc="the k largest (smallest) elements along `axis`, sorted: their values (output=0) or "
+                   "int64 indices (output=1)"))

@@ -5,7 +5,6 @@ import re
 import numpy as np
 import pytest
 
-import tests.graph_test_ops  # noqa: F401  (Reshape, Transpose, ReduceMean, Cast, Expand if not registered)
 from graph.builder import GraphBuilder
 from graph.interpret import run
 from graph.pattern import Constant, Op, Wildcard, explain, match_all
@@ -348,6 +347,9 @@ def test_pipeline_folds_simplifies_and_folds_batchnorm_printing_after_each_pass(
     seen = []
     run_passes(g, passes=["dce", CSE], print_after=lambda name, graph: seen.append((name, len(graph.nodes))))
     assert [s[0] for s in seen] == ["dce", "cse"]
+    traced = []
+    run_passes(g, trace=lambda name, graph: traced.append(name))
+    assert traced == [p.name for p in PIPELINE]
     only = []
     run_passes(g, print_after=("simplify",), log=only.append)
     assert len(only) == 1 and only[0].startswith("// after simplify")
@@ -465,4 +467,30 @@ def random_graphs(draw):
 def test_the_pipeline_never_changes_a_random_graphs_numbers(g):
     out = run_passes(g)
     assert out.inputs == g.inputs and out.outputs == g.outputs
+    _same_numbers(g, out, rtol=1e-4, atol=1e-5)
+
+
+# ------------------------------------------------------------------ imported models
+
+def test_imported_resnet_has_every_batchnorm_folded_and_keeps_its_numbers():
+    from graph.onnx_import import load_onnx
+    from tests.onnx_models import resnet18
+    g = load_onnx(resnet18(size=32, classes=10))
+    assert len(match_all(g, CONV_BN)) == g.op_counts()["BatchNormalization"] == 20
+    out = run_passes(g)
+    assert match_all(out, CONV_BN) == [] and "BatchNormalization" not in out.op_counts()
+    assert len(match_all(out, Op("Conv", args=[Wildcard(), Constant(), Constant()]))) == 20
+    assert out.inputs == g.inputs and out.outputs == g.outputs
+    _same_numbers(g, out, rtol=1e-4, atol=1e-5)
+
+
+def test_imported_bert_layer_has_its_layernorms_and_gelu_recognized():
+    from graph.onnx_import import load_onnx
+    from tests.onnx_models import bert_layer
+    g = load_onnx(bert_layer(seq=8, hidden=32, heads=4))
+    assert len(match_all(g, GELU_ERF)) == 1 and len(match_all(g, LAYERNORM)) >= 2
+    out = run_passes(g)
+    counts = out.op_counts()
+    assert counts["LayerNormalization"] == 2 and counts["Gelu"] == 1
+    assert not {"Erf", "Pow", "Sqrt", "ReduceMean", "Sub"} & set(counts)
     _same_numbers(g, out, rtol=1e-4, atol=1e-5)

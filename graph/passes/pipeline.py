@@ -34,7 +34,7 @@ def get_pass(name: str):
 
 
 def run_passes(graph: Graph, passes=None, print_after: bool | Callable | tuple = False, verbose: bool = False,
-               log: Callable = print) -> Graph:
+               log: Callable = print, trace: Callable | None = None) -> Graph:
     """Run ``passes`` (default :data:`PIPELINE`; pass objects or names) on ``graph`` in order.
 
     Parameters
@@ -44,6 +44,7 @@ def run_passes(graph: Graph, passes=None, print_after: bool | Callable | tuple =
     verbose : log a line per pass (node counts before and after) and, for rule passes, the
         per-rule attempts, matches and rewrites.
     log : where text goes (default ``print``).
+    trace : a callable ``trace(pass_name, graph)`` called after each pass (besides ``print_after``).
     """
     for p in (PIPELINE if passes is None else passes):
         p = get_pass(p) if isinstance(p, str) else p
@@ -58,6 +59,8 @@ def run_passes(graph: Graph, passes=None, print_after: bool | Callable | tuple =
             log(f"pass {p.name}: {state}")
             if rewriter is not None:
                 log(rewriter.format_stats())
+        if trace is not None:
+            trace(p.name, graph)
         if callable(print_after):
             print_after(p.name, graph)
         elif print_after is True or (print_after and p.name in print_after):

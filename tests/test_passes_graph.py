@@ -53,6 +53,7 @@ def test_conv_batchnorm_folds_into_one_conv_with_bias(bias, group):
                               attrs={"strides": (2, 2), "group": group}))
     assert len(fused) == 1 and out.op_counts() == {"Conv": 1, "Relu": 1}
     assert set(out.constants) == set(fused[0].root_node.inputs[1:])          # the old weights are gone
+    assert fused[0].root == "bn" and fused[0].root_node.name == "conv"      # names survive the rewrite
     _same_numbers(g, out)
     assert fold_batchnorm(out) is out
 

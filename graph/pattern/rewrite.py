@@ -46,22 +46,22 @@ class Replacement:
     nodes: tuple = ()
     constants: Mapping = field(default_factory=dict)
     types: Mapping = field(default_factory=dict)
+    names: Mapping = field(default_factory=dict)     # new node -> the name asked for, if it was taken
 
 
 class Emitter:
     """Builds a :class:`Replacement` against ``graph``: fresh names, types inferred at once."""
 
-    def __init__(self, graph: Graph, prefix: str = ""):
+    def __init__(self, graph: Graph):
         self.graph = graph
-        self.prefix = prefix
         self.nodes: list = []
         self.constants: dict = {}
         self.types: dict = {}
+        self.names: dict = {}
         self._taken = set(graph.types) | {n.name for n in graph.nodes}
 
     def fresh(self, base: str) -> str:
         """A name no value or node of the graph (or of this emitter) has."""
-        base = f"{self.prefix}{base}"
         name, i = base, 0
         while name in self._taken:
             i += 1
@@ -78,9 +78,15 @@ class Emitter:
         return name
 
     def op(self, kind: str, inputs, name: str | None = None, **attrs) -> str:
-        """A new node (output named like the node); returns its output's name."""
+        """A new node (output named like the node); returns its output's name.
+
+        ``name``: the node's name, or a fresh variant while a node that the rewrite drops holds it.
+        """
         get_op(kind)
-        name = self.fresh(name or kind)
+        wanted = name or kind
+        name = self.fresh(wanted)
+        if name != wanted:
+            self.names[name] = wanted
         ins = tuple("" if v is None else v for v in inputs)
         node = Node(name, kind, ins, (name,), attrs)
         types = [self._type(v) if v else None for v in ins]
@@ -94,7 +100,7 @@ class Emitter:
 
     def replace_with(self, value: str) -> Replacement:
         """The replacement: everything emitted, with ``value`` standing for the matched root."""
-        return Replacement(value, tuple(self.nodes), dict(self.constants), dict(self.types))
+        return Replacement(value, tuple(self.nodes), dict(self.constants), dict(self.types), dict(self.names))
 
 
 @dataclass(frozen=True)
@@ -240,18 +246,18 @@ def apply_replacement(graph: Graph, m: Match, repl: Replacement, rule: str = "re
     nodes = list(graph.nodes) + list(repl.nodes)
     constants = dict(graph.constants)
     constants.update(repl.constants)
-    if root in graph.outputs:
-        # The model's output keeps its name: the root's old definition moves aside, and the
-        # replacement takes the name over (or an Identity does, for an input, constant or output).
+    created = {v for n in repl.nodes for v in n.outputs}
+    if root in graph.outputs or new in created:
+        # The root's value keeps its name: a model output's must, and a new node's value takes
+        # the matched one's so the names a reader knows survive. The old definition moves aside
+        # (and is pruned); an input, constant or other output standing for an output gets an Identity.
         taken = set(types) | {n.name for n in nodes}
         aside = _fresh(f"{root}__replaced", taken)
         root_node = graph.producer(root)
         nodes = [n.with_(outputs=tuple(aside if v == root else v for v in n.outputs)) if n is root_node else n
                  for n in nodes]
         types[aside] = types[root]
-        defined_by_node = any(new in n.outputs for n in nodes)
-        if defined_by_node and new not in graph.outputs:
-            nodes = _rename(nodes, root, new, defs=False)
+        if any(new in n.outputs for n in nodes) and new not in graph.outputs:
             nodes = _rename(nodes, new, root, defs=True)
         else:
             nodes = _rename(nodes, root, new, defs=False)
@@ -260,9 +266,23 @@ def apply_replacement(graph: Graph, m: Match, repl: Replacement, rule: str = "re
         nodes = _rename(nodes, root, new, defs=False)
     candidates = {n.name for n in m.nodes} | {n.name for n in graph.nodes if root in n.outputs}
     nodes, constants = _prune(graph, nodes, constants, candidates)
+    nodes = _preferred_names(nodes, repl.names)
     defined = list(graph.inputs) + list(constants)
     nodes = topological_order(nodes, defined)
     return graph.replace(nodes=nodes, constants=constants, types=types)
+
+
+def _preferred_names(nodes: list, preferred: Mapping) -> list:
+    """New nodes renamed to the names their rule asked for, where the node holding it is gone."""
+    names = {n.name for n in nodes}
+    out = []
+    for n in nodes:
+        want = preferred.get(n.name)
+        if want and want != n.name and want not in names:
+            names.add(want)
+            n = n.with_(name=want)
+        out.append(n)
+    return out
 
 
 def _fresh(base: str, taken: set) -> str:

@@ -55,7 +55,9 @@ def run_passes(graph: Graph, passes=None, print_after: bool | Callable | tuple =
         else:
             graph = p(graph)
         if verbose:
-            state = "unchanged" if graph is before else f"{len(before.nodes)} -> {len(graph.nodes)} nodes"
+            state = "unchanged" if graph is before else (
+                f"{len(before.nodes)} -> {len(graph.nodes)} nodes, "
+                f"{len(before.constants)} -> {len(graph.constants)} constants")
             log(f"pass {p.name}: {state}")
             if rewriter is not None:
                 log(rewriter.format_stats())

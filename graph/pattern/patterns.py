@@ -23,7 +23,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from graph.ir import Graph, Node
-from graph.ops.registry import REQUIRED, all_ops
+from graph.ops.registry import REQUIRED, UnknownOpError, get_op
 
 # Ops whose two operands may be swapped (both orders are tried).
 COMMUTATIVE = frozenset({"Add", "Mul"})
@@ -215,9 +215,7 @@ class Op(ValuePattern):
         for key, want in self.attrs.items():
             have = node.attr(key)
             if have is None:
-                op = all_ops().get(node.op)
-                have = op.attrs.get(key) if op is not None else None
-                have = None if have is REQUIRED else have
+                have = _default_attr(node.op, key)
             ok = want(have) if callable(want) else _attr_equal(have, want)
             if not ok:
                 shown = "a predicate" if callable(want) else repr(want)
@@ -246,6 +244,15 @@ class Op(ValuePattern):
         for order, note in orders:
             yield from _match_args(graph, list(self.args), [inputs[i] for i in order],
                                    list(range(len(self.args))), state, path, note, tracer)
+
+
+def _default_attr(kind: str, key: str):
+    """The op's default for attribute ``key`` (None for an unknown op, attribute or a required one)."""
+    try:
+        default = get_op(kind).attrs.get(key)
+    except UnknownOpError:
+        return None
+    return None if default is REQUIRED else default
 
 
 def _match_args(graph, patterns, values, indices, state, path, note, tracer):

@@ -126,6 +126,8 @@ class RuleStats:
 class Rewriter:
     """Applies a rule table to graphs, to a fixpoint (default) or in a single sweep.
 
+    ``rules``: :class:`Rule` objects or tuples ``(name, pattern, callback[, priority])``.
+
     A sweep visits the nodes in graph order (``reverse``: consumers first, so the largest match
     rooted at a chain's end wins over a smaller one inside it); at each, the rules in priority
     order, the first whose pattern matches and whose callback returns a replacement wins.
@@ -133,7 +135,7 @@ class Rewriter:
     """
 
     def __init__(self, rules, max_sweeps: int = 50, reverse: bool = False):
-        rules = list(rules)
+        rules = [r if isinstance(r, Rule) else Rule(*r) for r in rules]
         names = [r.name for r in rules]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:

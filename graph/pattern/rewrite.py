@@ -30,7 +30,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from graph.ir import Graph, GraphError, Node, TensorType, topological_order
-from graph.ops.registry import get_op, infer_types
+from graph.ops.registry import infer_types
 from graph.pattern.match import Match, match
 from graph.pattern.patterns import ValuePattern
 
@@ -78,11 +78,11 @@ class Emitter:
         return name
 
     def op(self, kind: str, inputs, name: str | None = None, **attrs) -> str:
-        """A new node (output named like the node); returns its output's name.
+        """A new single-output node (output named like the node); returns its output's name.
 
         ``name``: the node's name, or a fresh variant while a node that the rewrite drops holds it.
+        Types are inferred at once, so a wrong shape fails here naming the new node.
         """
-        get_op(kind)
         wanted = name or kind
         name = self.fresh(wanted)
         if name != wanted:

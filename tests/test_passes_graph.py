@@ -4,6 +4,7 @@ import re
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from graph.builder import GraphBuilder
 from graph.interpret import run
@@ -163,6 +164,7 @@ def _gelu_tanh_graph(cube="pow", power=3.0):
 @pytest.mark.parametrize("cube", ["pow", "mul"])
 def test_tanh_gelu_is_recognized(cube):
     g = _gelu_tanh_graph(cube)
+    assert len(match_all(g, GELU_TANH)) == 1 and match_all(g, GELU_ERF) == []
     out = recognize(g)
     assert out.op_counts() == {"Tanh": 1, "Gelu": 1}
     assert len(match_all(out, Op("Gelu", attrs={"approximate": "tanh"}))) == 1
@@ -380,8 +382,6 @@ def test_pipeline_recognizes_a_bert_style_block():
 
 
 # ------------------------------------------------------------------ property: the pipeline keeps the numbers
-
-from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
 
 UNARY_KINDS = ("Relu", "Tanh", "Sigmoid", "Neg", "Abs", "Identity", "Erf", "Gelu")
 STEPS = ("unary", "binary-const", "binary", "matmul", "reshape", "transpose", "batchnorm", "const-expr",

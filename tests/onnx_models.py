@@ -6,6 +6,7 @@ follow the PyTorch exporter's style (``/layer1/layer1.0/conv1/Conv_output_0``).
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -84,7 +85,7 @@ def mlp(batch: int = 32, sizes=(1024, 2048, 2048, 1000), seed: int = 0, opset: i
     """Gemm (transB=1, as exported from nn.Linear) + Relu layers; no Relu after the last Gemm."""
     m = ModelMaker(seed, opset)
     x = "input"
-    for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+    for i, (n_in, n_out) in enumerate(itertools.pairwise(sizes)):
         scope = f"/fc{i}"
         w = m.weight(f"fc{i}.weight", (n_out, n_in), 1 / math.sqrt(n_in))
         b = m.weight(f"fc{i}.bias", (n_out,), 0.1)

@@ -43,7 +43,7 @@ def ensure_normalization_ops() -> None:
     except ImportError:
         pass
     have = all_ops()
-    infer = lambda node, types: [same_type(types[0])]  # noqa: E731
+    infer = lambda node, types: [same_type(types[0])]
     for op in (OpDef("BatchNormalization", ("X", "scale", "B", "mean", "var"), infer, _batchnorm,
                      Pattern.BROADCAST, {"epsilon": 1e-5}),
                OpDef("LayerNormalization", ("X", "Scale", "B?"), infer, _layernorm, Pattern.REDUCE,

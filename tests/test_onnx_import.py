@@ -93,7 +93,9 @@ def test_scan_lists_every_unsupported_op_attribute_and_dimension_at_once():
              helper.make_node("Gelu", ["x"], ["h"], name="gelu", approximate="fast"),
              helper.make_node("BatchNormalization", ["x", "s", "s", "s", "s"], ["i", "rm", "rv"], name="bn",
                               training_mode=1),
-             helper.make_node("MaxPool", ["x"], ["j", "idx"], name="pool", kernel_shape=[2, 2])]
+             helper.make_node("MaxPool", ["x"], ["j", "idx"], name="pool", kernel_shape=[2, 2]),
+             helper.make_node("Constant", [], ["k"], name="text",
+                              value=helper.make_tensor("t", TensorProto.STRING, [1], [b"a"]))]
     model = _model(nodes, [x], [_f("y", [1])], [w3], opset=20)
     with pytest.raises(OnnxImportError) as err:
         load_onnx(model)
@@ -104,6 +106,7 @@ def test_scan_lists_every_unsupported_op_attribute_and_dimension_at_once():
                  "node relu (Relu): attribute alpha is not supported", "node cast (Cast): to=8 is not supported",
                  "node gelu (Gelu): approximate='fast' is not supported", "node bn (BatchNormalization): training_mode=1",
                  "the training outputs rm, rv", "node pool (MaxPool): the Indices output",
+                 "node text (Constant): value=<tensor> has the element type TensorProto.STRING",
                  "input x [batch,3,8,8] has the symbolic dimension 0 (batch)"]:
         assert part in msg, part
 
@@ -123,6 +126,12 @@ def test_unknown_attributes_are_refused_not_ignored():
         load_onnx(_model(nodes, [_f("x", [1, 3, 8, 8])], [_f("z", None)], [w], opset=19))
 
 
+def test_an_op_newer_than_the_model_opset_is_named_as_such():
+    model = _model([helper.make_node("Gelu", ["x"], ["y"], name="g")], [_f("x", [2])], [_f("y", [2])], opset=17)
+    with pytest.raises(OnnxImportError, match=r"unsupported op type: Gelu \(not in opset 17\) at node g$"):
+        load_onnx(model)
+
+
 @pytest.mark.parametrize("opset", [12, LATEST + 1])
 def test_opsets_outside_13_to_current_are_refused_in_one_line(opset):
     model = _model([helper.make_node("Relu", ["x"], ["y"])], [_f("x", [2])], [_f("y", [2])], opset=opset)
@@ -130,13 +139,18 @@ def test_opsets_outside_13_to_current_are_refused_in_one_line(opset):
         load_onnx(model)
 
 
-def test_attribute_like_input_computed_at_run_time_is_refused_naming_the_node():
-    nodes = [helper.make_node("Reshape", ["x", "s"], ["y"], name="dyn")]
+def test_attribute_like_inputs_computed_at_run_time_are_refused_naming_each_node():
+    nodes = [helper.make_node("Reshape", ["x", "s"], ["r"], name="dyn"),
+             helper.make_node("Relu", ["r"], ["y"], name="after"),             # downstream: not reported
+             helper.make_node("Unsqueeze", ["x", "s"], ["u"], name="dyn2"),
+             helper.make_node("Relu", ["x"], ["z"], name="fine")]
     model = _model(nodes, [_f("x", [2, 3]), helper.make_tensor_value_info("s", TensorProto.INT64, [2])],
-                   [_f("y", [3, 2])])
-    with pytest.raises(OnnxImportError, match=r"node dyn \(Reshape\): shape \('s'\) must be a constant or "
-                                              "computable from static shapes"):
+                   [_f("y", [3, 2]), _f("u", [2, 1, 3, 1]), _f("z", [2, 3])])
+    with pytest.raises(OnnxImportError) as err:
         load_onnx(model)
+    assert str(err.value) == ("m: cannot import: node dyn (Reshape): shape ('s') must be a constant or computable "
+                              "from static shapes; node dyn2 (Unsqueeze): axes ('s') must be a constant or "
+                              "computable from static shapes")
 
 
 # ------------------------------------------------------------------ symbolic dimensions
@@ -180,6 +194,20 @@ def test_unreadable_files_are_one_line(tmp_path):
     assert "\n" not in str(err.value)
 
 
+def test_initializers_of_unsupported_types_and_missing_external_data_are_one_line(tmp_path):
+    bf = helper.make_tensor("w", TensorProto.BFLOAT16, [2], [1.0, 2.0])
+    model = _model([helper.make_node("Add", ["x", "w"], ["y"])], [_f("x", [2])], [_f("y", [2])], [bf])
+    with pytest.raises(OnnxImportError, match=r"initializers of unsupported element types: w \(supported: float32"):
+        load_onnx(model)
+    model = onnx_models.mlp(batch=2, sizes=(4, 3))
+    onnx.save(model, tmp_path / "ext.onnx", save_as_external_data=True, all_tensors_to_one_file=True,
+              location="weights.bin", size_threshold=0)
+    (tmp_path / "weights.bin").unlink()
+    with pytest.raises(OnnxImportError) as err:
+        load_onnx(tmp_path / "ext.onnx")
+    assert "\n" not in str(err.value) and "ext.onnx" in str(err.value)
+
+
 def test_load_from_a_file(tmp_path):
     path = tmp_path / "mlp.onnx"
     onnx.save(onnx_models.mlp(batch=2, sizes=(4, 3)), path)
@@ -220,5 +248,13 @@ def test_supported_ops_cover_the_issue_list():
 def test_a_shape_error_in_the_model_names_the_onnx_node_once():
     model = _model([helper.make_node("Add", ["x", "z"], ["y"], name="add")], [_f("x", [2, 3]), _f("z", [4])],
                    [_f("y", [2, 3])])
-    with pytest.raises(OnnxImportError, match=r"^node add \(Add\): shapes \(2, 3\) and \(4,\) do not broadcast$"):
+    with pytest.raises(OnnxImportError, match=r"^m: cannot import: node add \(Add\): shapes \(2, 3\) and \(4,\) do not broadcast$"):
         load_onnx(model)
+
+
+def test_printed_graph_shows_the_onnx_names():
+    text = str(load_onnx(onnx_models.mobilenet_block(channels=4, expansion=2, size=6)))
+    assert text.splitlines()[0] == "graph mobilenet_block(input: float32[1,4,6,6]) -> (output: float32[1,4,6,6])"
+    assert ("/conv/1/Conv_output_0: float32[1,8,6,6] = Conv(/conv/0/relu6/Clip_output_0, conv.1.weight, "
+            "conv.1.bias; dilations=[1,1], group=8, pads=[1,1,1,1], strides=[1,1])  # /conv/1/Conv") in text
+    assert "output: float32[1,4,6,6] = Add(input, /conv/2/Conv_output_0)  # /add/Add" in text

@@ -122,9 +122,10 @@ def test_clip_bounds_as_inputs(bounds, opset):
 
 @pytest.mark.parametrize("src, to", [("float32", TensorProto.INT64), ("int64", TensorProto.FLOAT),
                                      ("float32", TensorProto.BOOL), ("int32", TensorProto.DOUBLE)])
-def test_cast(src, to):
+@pytest.mark.parametrize("opset", [13, LATEST])
+def test_cast(src, to, opset):
     x = (rand(3, 4) * 5).astype(src)
-    graph = check(make_model([node("Cast", ["x"], to=to)], {"x": x}, {}, ["y"], 13), {"x": x})
+    graph = check(make_model([node("Cast", ["x"], to=to)], {"x": x}, {}, ["y"], opset), {"x": x})
     assert graph.nodes[0].attr("to") == helper.tensor_dtype_to_np_dtype(to).name
 
 
@@ -141,11 +142,12 @@ def test_matmul_batched(shapes, opset):
 @pytest.mark.parametrize("attrs, c_shape", [({}, (6,)), ({"transA": 1}, (5, 1)), ({"transB": 1, "alpha": 0.5}, None),
                                             ({"transA": 1, "transB": 1, "alpha": 2.0, "beta": -0.5}, (5, 6)),
                                             ({"beta": 3.0}, ())], ids=str)
-def test_gemm(attrs, c_shape):
+@pytest.mark.parametrize("opset", [13, LATEST])
+def test_gemm(attrs, c_shape, opset):
     a = rand(*((4, 5) if attrs.get("transA") else (5, 4)))
     b = rand(*((6, 4) if attrs.get("transB") else (4, 6)))
     consts = {"b": b} if c_shape is None else {"b": b, "c": rand(*c_shape)}
-    model = make_model([node("Gemm", ["a", *consts], **attrs)], {"a": a}, consts, ["y"], 13)
+    model = make_model([node("Gemm", ["a", *consts], **attrs)], {"a": a}, consts, ["y"], opset)
     graph = check(model, {"a": a}, rtol=1e-4)
     assert graph.nodes[0].attr_dict == {k: attrs[k] for k in attrs}
 
@@ -221,9 +223,10 @@ def test_pool_ceil_mode_against_onnxruntime(op, extra, attrs):
     check(model, {"x": x}, compare_with=_onnxruntime)
 
 
-def test_global_average_pool():
+@pytest.mark.parametrize("opset", [13, LATEST])
+def test_global_average_pool(opset):
     x = rand(2, 5, 7, 3)
-    check(make_model([node("GlobalAveragePool", ["x"])], {"x": x}, {}, ["y"], 13), {"x": x})
+    check(make_model([node("GlobalAveragePool", ["x"])], {"x": x}, {}, ["y"], opset), {"x": x})
 
 
 # ------------------------------------------------------------------ reductions, Softmax
@@ -367,7 +370,7 @@ def test_expand_bidirectional(x_shape, shape, opset):
 def test_shape_plumbing_is_folded_from_static_shapes():
     """Shape(start)/Gather/Equal/Where/ConstantOfShape/Range/Cast/Concat/Expand on shapes leave no trace."""
     x = rand(2, 3, 4)
-    i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+    i64 = lambda *v: np.array(v, np.int64)
     nodes = [
         node("Shape", ["x"], ["s"], start=1),                        # [3, 4]
         node("Shape", ["s"], ["ss"]),                                 # [2]
@@ -389,7 +392,8 @@ def test_shape_plumbing_is_folded_from_static_shapes():
     assert graph.op_counts() == {"Reshape": 1, "Expand": 1, "Mul": 1}
 
 
-def test_identity_dropout_and_constants_vanish():
+@pytest.mark.parametrize("opset", [13, LATEST])
+def test_identity_dropout_and_constants_vanish(opset):
     x = rand(3, 4)
     nodes = [node("Constant", [], ["c"], value=numpy_helper.from_array(rand(4))),
              node("Constant", [], ["f"], value_floats=[1.0, 2.0, 3.0, 4.0]),
@@ -399,7 +403,7 @@ def test_identity_dropout_and_constants_vanish():
              node("Mul", ["a", "f"], ["y"]),
              node("Identity", ["y"], ["out"])]
     consts = {"ratio": np.float32(0.1), "train": np.array(False)}
-    graph = check(make_model(nodes, {"x": x}, consts, ["out", "mask"], 13), {"x": x})
+    graph = check(make_model(nodes, {"x": x}, consts, ["out", "mask"], opset), {"x": x})
     assert graph.op_counts() == {"Add": 1, "Mul": 1, "Identity": 1} and graph.outputs == ("out", "mask")
 
 

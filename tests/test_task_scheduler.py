@@ -1,5 +1,6 @@
 """The task scheduler: warm-up, Ansor's gradient, round-robin, dead tasks, the budget, resume."""
 import math
+import types
 
 import pytest
 
@@ -34,16 +35,19 @@ class FakeTuner:
     def __init__(self, curve, batch=4, space=10 ** 9):
         self.curve, self.batch, self.space = curve, batch, space
         self.state, self.measurer, self.stop_reason = _State(), _Measurer(), None
+        self.config = types.SimpleNamespace(trials=10 ** 9)
         self.finished = False
 
     def start(self):
         return self
 
     def step(self):
+        if self.state.measured >= self.config.trials:
+            return None
         if self.state.measured >= self.space:
             self.stop_reason = "search space exhausted"
             return None
-        self.state.measured += self.batch
+        self.state.measured += min(self.batch, self.config.trials - self.state.measured)
         self.state.gflops = self.curve(self.state.measured)
         return object()
 

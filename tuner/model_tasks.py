@@ -32,8 +32,10 @@ class ModelTask:
     tuned: bool = True          # False: built with its heuristic start, no trials
     why_not: str = ""           # why it gets no trials
 
-    def task(self) -> Task:
-        return Task(self.spec, self.weight, tag="+".join(self.ops), name=self.label)
+    def task(self, model: str | None = None) -> Task:
+        """The scheduler's task; its records carry ``meta["model"]`` = ``model``, the task id and weight."""
+        meta = {"model": model, "task": self.index, "weight": self.weight} if model else {}
+        return Task(self.spec, self.weight, tag="+".join(self.ops), name=self.label, meta=meta)
 
 
 def _has_reduction(tensors) -> bool:

@@ -38,6 +38,7 @@ class Task:
     weight: int = 1
     tag: str = ""          # tasks with the same tag bound each other's expected speed ("" = none)
     name: str = ""         # shown in the progress table (default: the workload's label)
+    meta: dict = field(default_factory=dict)   # added to every log record of the task (model, task id)
 
     @property
     def label(self) -> str:
@@ -63,6 +64,7 @@ class TaskState:
     tuner: Tuner | None = None
     rounds: int = 0
     trials: int = 0                 # measured in this run
+    seconds: float = 0.0            # wall time of its rounds (and of its end: finalists)
     history: list = field(default_factory=list)   # best latency after each round
     dead: str | None = None         # why the task gets no more rounds
     result: TuneResult | None = None
@@ -132,7 +134,10 @@ class TaskScheduler:
     def _tuner(self, st: TaskState) -> Tuner:
         if st.tuner is None:
             # a task may take the whole budget; the scheduler stops it round by round
-            st.tuner = self.make_tuner(st.task, self.config.trials).start()
+            st.tuner = self.make_tuner(st.task, self.config.trials)
+            if st.task.meta and hasattr(st.tuner, "candidates"):
+                st.tuner.candidates.meta.update(st.task.meta)
+            st.tuner.start()
             if st.tuner.state.best is not None:      # tuned before (the log): no warm-up round needed
                 st.history.append(st.latency)
         elif not st.tuner.measurer.running:
@@ -145,9 +150,11 @@ class TaskScheduler:
         if self.started is None:
             self.started = time.perf_counter()
         st = self.states[index]
+        t0 = time.perf_counter()
         tuner = self._tuner(st)
         want = min(self.round_trials, self.config.trials - self.trials)
         before = tuner.state.measured
+        tuner.config.trials = before + want     # the tuner's batches stop at the round's end
         try:
             while tuner.state.measured - before < want:
                 if tuner.step() is None:
@@ -156,6 +163,7 @@ class TaskScheduler:
         finally:
             tuner.measurer.close()     # idle tasks keep no worker processes
         done = tuner.state.measured - before
+        st.seconds += time.perf_counter() - t0
         st.trials += done
         st.rounds += 1
         st.history.append(st.latency)
@@ -240,8 +248,10 @@ class TaskScheduler:
             raise
         for s in self.states:
             if s.tuner is not None:
+                t0 = time.perf_counter()
                 if not s.tuner.measurer.running:
                     s.tuner.measurer.start()
                 s.result = s.tuner.finish()
+                s.seconds += time.perf_counter() - t0
         return SchedulerResult(self.states, self.trials, time.perf_counter() - self.started, self.history,
                                self.order, stop)

@@ -11,8 +11,8 @@ import numpy as np
 
 from graph.builder import GraphBuilder
 from graph.ir import Graph, GraphError, Node, TensorType
-from graph.ops.registry import get_op, infer_types
 from graph.onnx_import.errors import OnnxImportError, OnnxNode
+from graph.ops.registry import get_op, infer_types
 
 
 def sanitize(name: str) -> str:
@@ -120,6 +120,8 @@ class ImportContext:
             text = str(e)
             raise OnnxImportError(text if text.startswith(f"node {node.name} ") else f"{node.label}: {text}") \
                 from None
+        except (ValueError, TypeError, ArithmeticError) as e:     # numpy, while folding constants
+            raise OnnxImportError(f"{node.label}: cannot compute {kind} at import time ({e})") from None
         return out
 
     def finish(self, outputs) -> Graph:

@@ -31,7 +31,7 @@ def _read(source) -> tuple:
         raise OnnxImportError(f"{path}: no such file")
     try:
         return onnx.load(path), path
-    except Exception as e:        # protobuf and onnx raise many types for a corrupt file
+    except Exception as e:  # noqa: BLE001  (protobuf and onnx raise many types for a corrupt file)
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise OnnxImportError(f"{path}: not a readable ONNX model ({first})") from None
 
@@ -62,7 +62,8 @@ def load_onnx(source, shapes: dict | None = None) -> Graph:
     OnnxImportError
         One line: an unreadable file, an opset outside 13 to the current one, or everything the
         model uses that is unsupported (op types with their nodes, attribute values, symbolic
-        dimensions not pinned), or the first node whose conversion fails.
+        dimensions not pinned), or every node whose conversion fails (an attribute-like input
+        that is not a constant, shapes that do not fit).
     """
     model, where = _read(source)
     opset = model_opset(model)
@@ -84,12 +85,28 @@ def convert(model: onnx.ModelProto, nodes: list, inputs: dict) -> Graph:
         | {t.name for t in g.initializer} | {v.name for v in g.output} | {n.name for n in g.node}
     ctx = ImportContext(g.name or "model", reserved - {""})
     for t in g.initializer:
-        ctx.set_known(t.name, numpy_helper.to_array(t))
+        try:
+            ctx.set_known(t.name, numpy_helper.to_array(t))
+        except (OSError, ValueError, TypeError) as e:     # external data missing or unreadable
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise OnnxImportError(f"{g.name or 'model'}: cannot read initializer {t.name} ({first})") from None
     for name, (shape, dtype) in inputs.items():
         ctx.add_input(name, shape, dtype)
+    # a node that cannot be converted is reported and its outputs poisoned, so the nodes reading
+    # them are skipped rather than reported again: every independent failure lands in one error
+    problems, poisoned = [], set()
     for node in nodes:
+        if any(v in poisoned for v in node.inputs):
+            poisoned.update(node.outputs)
+            continue
         missing = [v for v in node.inputs if v and v not in ctx.known and v not in ctx.values]
-        if missing:
-            raise node.error(f"reads {missing[0]!r}, which nothing defines before it")
-        CONVERTERS[node.op_type].convert(ctx, node)
+        try:
+            if missing:
+                raise node.error(f"reads {missing[0]!r}, which nothing defines before it")
+            CONVERTERS[node.op_type].convert(ctx, node)
+        except OnnxImportError as e:
+            problems.append(str(e))
+            poisoned.update(node.outputs)
+    if problems:
+        raise OnnxImportError(f"{g.name or 'model'}: cannot import: " + "; ".join(problems))
     return ctx.finish([v.name for v in g.output])

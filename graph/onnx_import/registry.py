@@ -5,8 +5,8 @@ An attribute missing from a converter's table is refused by the scan, never igno
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 # The oldest opset of the default domain the importer reads; the newest is the installed onnx's.
 MIN_OPSET = 13

@@ -9,9 +9,9 @@ from __future__ import annotations
 import onnx
 from onnx import helper
 
-from graph.ops.elementwise import DTYPES
 from graph.onnx_import.errors import OnnxImportError, OnnxNode
 from graph.onnx_import.registry import CONVERTERS, MIN_OPSET
+from graph.ops.elementwise import DTYPES
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 
@@ -67,10 +67,12 @@ def _scan_nodes(nodes: list, opset: int, initializer_shapes: dict) -> list:
             if key not in conv.attrs:
                 problems.append(f"{node.label}: attribute {key} is not supported")
             elif conv.attrs[key] is not None and (why := conv.attrs[key](value)):
-                problems.append(f"{node.label}: {key}={value!r} {why}")
+                shown = repr(value) if isinstance(value, (int, float, str, tuple)) else "<tensor>"
+                problems.append(f"{node.label}: {key}={shown} {why}")
         if conv.check:
             problems += [f"{node.label}: {p}" for p in conv.check(node, initializer_shapes)]
-    ops = [f"{op} (opset {opset}) at node{'s' if len(n) > 1 else ''} {_names(n)}" for op, n in unsupported.items()]
+    ops = [f"{op} ({'not in ' if op in CONVERTERS else ''}opset {opset}) at node{'s' if len(n) > 1 else ''} "
+           f"{_names(n)}" for op, n in unsupported.items()]
     return ([f"unsupported op type{'s' if len(ops) > 1 else ''}: " + "; ".join(ops)] if ops else []) + problems
 
 
@@ -107,12 +109,17 @@ def input_shape(value: onnx.ValueInfoProto, pinned) -> tuple | str:
     return tuple(dims)
 
 
-def input_dtype(value: onnx.ValueInfoProto) -> str | None:
+def element_dtype(elem_type: int) -> str | None:
+    """The numpy dtype name of an ONNX element type the graph holds, else None."""
     try:
-        name = helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type).name
+        name = helper.tensor_dtype_to_np_dtype(elem_type).name
     except (KeyError, TypeError, ValueError):
         return None
     return name if name in DTYPES else None
+
+
+def input_dtype(value: onnx.ValueInfoProto) -> str | None:
+    return element_dtype(value.type.tensor_type.elem_type)
 
 
 def scan(model: onnx.ModelProto, nodes: list, opset: int, shapes: dict) -> dict:
@@ -122,6 +129,10 @@ def scan(model: onnx.ModelProto, nodes: list, opset: int, shapes: dict) -> dict:
     problems = _scan_nodes(nodes, opset, initializers)
     if len(g.sparse_initializer):
         problems.append("sparse initializers are not supported")
+    read = {v for n in g.node for v in n.input}
+    odd = [t.name for t in g.initializer if t.name in read and element_dtype(t.data_type) is None]
+    if odd:
+        problems.append(f"initializers of unsupported element types: {_names(odd)} (supported: {', '.join(DTYPES)})")
     runtime = [v for v in g.input if v.name not in initializers]
     unknown = sorted(set(shapes) - {v.name for v in runtime})
     if unknown:

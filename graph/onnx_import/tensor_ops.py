@@ -8,9 +8,9 @@ import math
 import numpy as np
 from onnx import helper, numpy_helper
 
-from graph.ops.elementwise import DTYPES
 from graph.onnx_import.nn_ops import axis_of
 from graph.onnx_import.registry import converter
+from graph.ops.elementwise import DTYPES
 
 
 def _ints(array) -> list:
@@ -37,6 +37,18 @@ def _axes(ctx, node, rank: int, index: int):
     return axes
 
 
+def _cast_to(value):
+    return None if helper.tensor_dtype_to_np_dtype(value).name in DTYPES else \
+        f"is not supported (supported: {', '.join(DTYPES)})"
+
+
+def _cast_check(value):
+    try:
+        return _cast_to(value)
+    except (KeyError, TypeError, ValueError):
+        return "is not a supported element type"
+
+
 # ------------------------------------------------------------------ vanishing ops
 
 @converter("Identity")
@@ -54,9 +66,18 @@ def _dropout(ctx, node):
         ctx.set_known(node.output(1), np.ones(ctx.type(node.input(0)).shape, bool))
 
 
-@converter("Constant", attrs={k: None for k in ("value", "value_float", "value_floats", "value_int",
-                                                 "value_ints")})
+def _tensor_type_check(value):
+    """An attribute check for a TensorProto value: its element type must be one the graph holds."""
+    if _cast_check(value.data_type) is None:
+        return None
+    return f"has the element type {helper.tensor_dtype_to_string(value.data_type)} (supported: {', '.join(DTYPES)})"
+
+
+@converter("Constant", attrs={"value": _tensor_type_check, "value_float": None, "value_floats": None,
+                              "value_int": None, "value_ints": None})
 def _constant(ctx, node):
+    if len(node.attrs) != 1:
+        raise node.error("needs exactly one value attribute")
     (key, value), = node.attrs.items()
     if key == "value":
         array = numpy_helper.to_array(value)
@@ -79,7 +100,7 @@ def _size(ctx, node):
     ctx.set_known(node.outputs[0], np.array(ctx.type(node.input(0)).size, np.int64))
 
 
-@converter("ConstantOfShape", attrs={"value": None})
+@converter("ConstantOfShape", attrs={"value": _tensor_type_check})
 def _constant_of_shape(ctx, node):
     shape = _ints(ctx.const(node, node.input(0), "shape"))
     value = numpy_helper.to_array(node.attrs["value"]) if "value" in node.attrs else np.zeros(1, np.float32)
@@ -210,18 +231,6 @@ def _expand(ctx, node):
     except ValueError:
         raise node.error(f"{x.shape} does not broadcast with {spec}") from None
     ctx.emit(node, "Expand", [node.input(0)], node.outputs[0], shape=shape)
-
-
-def _cast_to(value):
-    return None if helper.tensor_dtype_to_np_dtype(value).name in DTYPES else \
-        f"is not supported (supported: {', '.join(DTYPES)})"
-
-
-def _cast_check(value):
-    try:
-        return _cast_to(value)
-    except (KeyError, TypeError, ValueError):
-        return "is not a supported element type"
 
 
 @converter("Cast", attrs={"to": _cast_check, "saturate": None})

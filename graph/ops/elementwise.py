@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from graph.ops.registry import REQUIRED, OpDef, OpError, Pattern, register, same_type
 from graph.ir import TensorType
+from graph.ops.registry import REQUIRED, OpDef, OpError, Pattern, register, same_type
 
 
 def broadcast_shape(node, *shapes) -> tuple:

@@ -385,7 +385,8 @@ def test_pipeline_recognizes_a_bert_style_block():
 
 UNARY_KINDS = ("Relu", "Tanh", "Sigmoid", "Neg", "Abs", "Identity", "Erf", "Gelu")
 STEPS = ("unary", "binary-const", "binary", "matmul", "reshape", "transpose", "batchnorm", "const-expr",
-         "duplicate", "linear-batchnorm", "gelu", "layernorm")
+         "duplicate", "linear-batchnorm", "gelu", "layernorm", "clip", "softmax", "reduce", "concat", "slice",
+         "cast", "where")
 
 
 @st.composite
@@ -447,11 +448,28 @@ def random_graphs(draw):
             var = b.op("ReduceMean", [b.op("Mul", [d, d])], axes=axes, keepdims=1)
             normed = b.op("Div", [d, b.op("Sqrt", [b.op("Add", [var, const((), "one")])])])
             out = b.op("Add", [b.op("Mul", [normed, const(t[-1:], "random")]), const(t[-1:])])
+        elif step == "clip":
+            out = b.op("Clip", [v], min=-0.5, max=draw(st.sampled_from([0.5, float("inf")])))
+        elif step == "softmax":
+            out = b.op("Softmax", [v], axis=len(t) - 1)
+        elif step == "reduce" and len(t) >= 2:
+            out = b.op(draw(st.sampled_from(["ReduceSum", "ReduceMean", "ReduceMax"])), [v], axes=(len(t) - 1,),
+                       keepdims=draw(st.sampled_from([0, 1])))
+        elif step == "concat":
+            same = [w for w in values if b.types[w].shape == t]
+            out = b.op("Concat", [v, draw(st.sampled_from(same)), const(t, "random")], axis=0)
+        elif step == "slice" and t[0] > 1:
+            out = b.op("Slice", [v], starts=(1,), ends=(t[0],), axes=(0,), steps=(1,))
+        elif step == "cast":
+            out = b.op("Cast", [v], to="float32")
+        elif step == "where":
+            cond = b.op("Greater", [v, const((), "zero")])
+            out = b.op("Where", [cond, v, const(t[-1:])])
         elif step == "const-expr":
             c = b.op("Mul", [const(t[-1:], "random"), const((), "two")])
             out = b.op("Add", [v, b.op("Relu", [c])])
         elif step == "duplicate" and b.nodes:
-            node = draw(st.sampled_from(b.nodes))
+            node = draw(st.sampled_from([n for n in b.nodes if b.types[n.outputs[0]].dtype == F32]))
             out = b.op(node.op, list(node.inputs), **node.attr_dict)
         else:
             continue

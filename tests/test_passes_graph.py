@@ -98,6 +98,10 @@ def test_batchnorm_is_not_folded_into_a_producer_with_another_reader():
     g = b.build([b.op("Add", [y, b.op("Relu", [conv], name="side")])])
     assert fold_batchnorm(g) is g
     assert "found conv also used by node side" in explain(g, CONV_BN, at="bn")
+    lines = []
+    run_passes(g, passes=["fold_batchnorm"], verbose=True, log=lines.append)
+    assert ("    near miss at bn: Op('BatchNormalization').args[0]: expected Conv at node conv used only inside "
+            "the match, found conv also used by node side") in "\n".join(lines).splitlines()
     mm = GraphBuilder()
     x = mm.input("x", (2, 3, 4))                 # 3-d: the BN channel is not the weight's column
     y = mm.op("MatMul", [x, mm.constant("w", _rand(4, 4))])

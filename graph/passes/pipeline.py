@@ -41,8 +41,9 @@ def run_passes(graph: Graph, passes=None, print_after: bool | Callable | tuple =
     ----------
     print_after : True to log the graph after every pass, a collection of pass names to log
         after those only, or a callable ``print_after(pass_name, graph)`` called after each.
-    verbose : log a line per pass (node counts before and after) and, for rule passes, the
-        per-rule attempts, matches and rewrites.
+    verbose : log a line per pass (node and constant counts before and after) and, for rule
+        passes, the per-rule attempts, matches and rewrites with the near misses (where a rule
+        got furthest without firing, and why).
     log : where text goes (default ``print``).
     trace : a callable ``trace(pass_name, graph)`` called after each pass (besides ``print_after``).
     """
@@ -51,7 +52,7 @@ def run_passes(graph: Graph, passes=None, print_after: bool | Callable | tuple =
         before = graph
         rewriter = None
         if isinstance(p, RulePass):
-            graph, rewriter = p.run(graph)
+            graph, rewriter = p.run(graph, near_misses=verbose)
         else:
             graph = p(graph)
         if verbose:

@@ -61,6 +61,15 @@ class Tracer:
         best = max(self.failures, key=lambda f: (f[0], f[1]))
         return best[2:]
 
+    def progress(self) -> int:
+        """How many nodes the furthest failed attempt had matched (0 when nothing was recorded)."""
+        return max((f[0] for f in self.failures), default=0)
+
+    def reason(self) -> str:
+        """The deepest failure as ``path: expected ..., found ...``."""
+        path, expected, found = self.deepest()
+        return f"{path}: expected {expected}, found {found}"
+
 
 def _depth(path: str) -> int:
     return path.count(".args[") + path.count(".alt[")

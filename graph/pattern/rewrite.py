@@ -32,7 +32,10 @@ import numpy as np
 from graph.ir import Graph, GraphError, Node, TensorType, topological_order
 from graph.ops.registry import infer_types
 from graph.pattern.match import Match, match
-from graph.pattern.patterns import ValuePattern
+from graph.pattern.patterns import Tracer, ValuePattern
+
+# A failed match that got this many nodes into the pattern is a near miss worth reporting.
+NEAR_MISS_NODES = 2
 
 
 class RewriteError(GraphError):
@@ -131,10 +134,13 @@ class Rewriter:
     A sweep visits the nodes in graph order (``reverse``: consumers first, so the largest match
     rooted at a chain's end wins over a smaller one inside it); at each, the rules in priority
     order, the first whose pattern matches and whose callback returns a replacement wins.
-    ``stats`` accumulates per-rule counts over every ``run``.
+    ``stats`` accumulates per-rule counts over every ``run``. With ``near_misses``, ``misses``
+    keeps per rule why it did not fire where it got furthest: failed matches that had matched
+    at least :data:`NEAR_MISS_NODES` nodes (with :func:`~graph.pattern.explain`'s reason) and
+    matches whose callback declined.
     """
 
-    def __init__(self, rules, max_sweeps: int = 50, reverse: bool = False):
+    def __init__(self, rules, max_sweeps: int = 50, reverse: bool = False, near_misses: bool = False):
         rules = [r if isinstance(r, Rule) else Rule(*r) for r in rules]
         names = [r.name for r in rules]
         dup = sorted({n for n in names if names.count(n) > 1})
@@ -144,6 +150,8 @@ class Rewriter:
         self.max_sweeps = max_sweeps
         self.reverse = reverse
         self.stats = {r.name: RuleStats() for r in rules}
+        self.near_misses = near_misses
+        self.misses = {r.name: {} for r in rules}      # rule -> {text: None}, an ordered set
 
     def run(self, graph: Graph, once: bool = False) -> Graph:
         """The rewritten graph (``graph`` itself if no rule fired)."""
@@ -175,12 +183,17 @@ class Rewriter:
             if not value:
                 continue
             stats.attempts += 1
-            m = match(graph, rule.pattern, value)
+            tracer = Tracer() if self.near_misses else None
+            m = match(graph, rule.pattern, value, tracer=tracer)
             if m is None:
+                if tracer is not None and tracer.progress() >= NEAR_MISS_NODES:
+                    self.misses[rule.name][f"at {value}: {tracer.reason()}"] = None
                 continue
             stats.matches += 1
             result = rule.callback(graph, m)
             if result is None:
+                if self.near_misses:
+                    self.misses[rule.name][f"at {value}: matched, the rule declined"] = None
                 continue
             if isinstance(result, str):
                 result = Replacement(result)
@@ -190,11 +203,18 @@ class Rewriter:
             return apply_replacement(graph, m, result, rule.name)
         return None
 
-    def format_stats(self) -> str:
-        """One line per rule: attempts, matches, rewrites."""
+    def format_stats(self, misses_shown: int = 3) -> str:
+        """One line per rule (attempts, matches, rewrites), then its first near misses, if kept."""
         width = max((len(n) for n in self.stats), default=4)
-        return "\n".join(f"  {name:<{width}}  attempts {s.attempts:>5}  matches {s.matches:>4}  "
-                         f"rewrites {s.rewrites:>4}" for name, s in self.stats.items())
+        lines = []
+        for name, s in self.stats.items():
+            lines.append(f"  {name:<{width}}  attempts {s.attempts:>5}  matches {s.matches:>4}  "
+                         f"rewrites {s.rewrites:>4}")
+            misses = list(self.misses[name])
+            lines += [f"    near miss {text}" for text in misses[:misses_shown]]
+            if len(misses) > misses_shown:
+                lines.append(f"    ... and {len(misses) - misses_shown} more near misses")
+        return "\n".join(lines)
 
 
 def _is_noop(graph: Graph, root: str, repl: Replacement) -> bool:

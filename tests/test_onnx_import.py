@@ -8,9 +8,7 @@ from onnx import TensorProto, helper, numpy_helper
 from graph.interpret import run
 from graph.onnx_import import OnnxImportError, load_onnx, supported_ops
 from tests import onnx_models
-from tests.onnx_norm_stub import ensure_normalization_ops
 
-ensure_normalization_ops()
 LATEST = onnx.defs.onnx_opset_version()
 
 

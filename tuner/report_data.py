@@ -1,4 +1,4 @@
-"""The data of ``tensortune report --html / --format md``: one plain dict per workload and target.
+"""The data of ``tensortune report --html / --format md``: one plain dict per tuned model and per workload and target.
 
 :func:`gather` reads the logs and returns everything the renderers show, as JSON-ready values
 in a fixed order (sorted groups, sorted keys, rounded floats), so the same logs give the same

@@ -22,16 +22,13 @@ from graph.runtime import Buffer, CompiledModel, Step
 def run_passes(graph: Graph, trace=None) -> Graph:
     """The graph after the pass pipeline of ``graph.passes`` (the graph itself while there is none).
 
-    ``trace(name, graph)``, if given, is called after each pass (``graph.passes`` may accept it).
+    ``trace(pass_name, graph)``, if given, is called after each pass.
     """
     try:
         from graph.passes import run_passes as pipeline
     except ImportError:
         return graph
-    try:
-        return pipeline(graph, trace=trace) if trace is not None else pipeline(graph)
-    except TypeError:
-        return pipeline(graph)
+    return pipeline(graph, print_after=trace) if trace is not None else pipeline(graph)
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """Lowering: every canonical op kind's tensor expression against the op's numpy semantics
 (graph.interpret.run), through the tensorir reference evaluator; fused groups compiled for real."""
 import math
+import re
 
 import numpy as np
 import pytest
@@ -236,3 +237,20 @@ def test_identical_layers_share_one_workload_key():
     g = b.build([layer(b, layer(b, x, 0), 1)])
     keys = [lower_group(g, grp).key for grp in fuse(g)]
     assert len(keys) == 2 and keys[0] == keys[1]
+
+
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_conv_epilogue_is_tiled_with_the_anchor(with_bias):
+    """Bias, residual add and ReLU read the conv at its own indices, so the generated space computes
+    the conv per tile of the epilogue (as for dense) instead of materializing it."""
+    from logs.apply import heuristic_schedule
+    x = rand(1, 8, 10, 10)
+
+    def build(b, x):
+        y = b.op("Conv", [x, _const(b, rand(8, 8, 3, 3)), _const(b, rand(8)) if with_bias else None],
+                 pads=(1, 1, 1, 1))
+        return b.op("Relu", [b.op("Add", [y, x])])
+    g = graph_of(build, {"x": x})
+    (group,) = fuse(g)
+    text = str(heuristic_schedule(lower_group(g, group).tensors))
+    assert re.search(r"compute_at\('conv0', 'relu0\.i\d\.0\.1'\)", text), text

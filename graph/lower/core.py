@@ -73,16 +73,18 @@ class Val:
         read = self.tensor[tuple(idx) if idx else (0,)]
         return te.not_equal(read, 0) if self.dtype == "bool" else read
 
-    def at(self, out_idx):
+    def at(self, out_idx, out_shape: tuple):
         """The element broadcast to an output index (numpy's right-aligned broadcasting)."""
-        return self(*broadcast_index(out_idx, self.shape))
+        return self(*broadcast_index(out_idx, self.shape, out_shape))
 
 
-def broadcast_index(out_idx, shape: tuple) -> list:
-    """Indices into a tensor of ``shape`` for an output index it broadcasts to (size-1 dims read 0)."""
+def broadcast_index(out_idx, shape: tuple, out_shape: tuple) -> list:
+    """Indices into a tensor of ``shape`` for an index of ``out_shape`` it broadcasts to: a size-1
+    dimension reads 0 where the output's is wider, else the output's own index (so a read of a
+    same-shape operand stays ``X[i0, i1, ...]``, which the space recognizes as an epilogue read)."""
     out_idx = list(out_idx)
     lead = len(out_idx) - len(shape)
-    return [0 if d == 1 else out_idx[lead + n] for n, d in enumerate(shape)]
+    return [0 if d == 1 and out_shape[lead + n] != 1 else out_idx[lead + n] for n, d in enumerate(shape)]
 
 
 def lit(value, dtype: str):

@@ -147,3 +147,25 @@ def test_runtime_imports_nothing_of_the_compiler():
             "'graph.ops', 'graph.fusion', 'graph.lower')]; print(bad); sys.exit(1 if bad else 0)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_a_logged_schedule_is_used_for_its_group(tmp_path):
+    from logs import TuningLog
+    from logs.record import TuningRecord
+    from schedules import Schedule
+    from graph.fusion import fuse
+    from graph.lower import lower_group
+    from tensorir.target import Target
+    b = GraphBuilder("logged")
+    x = b.input("x", (8, 16))
+    g = b.build([b.op("Relu", [b.op("MatMul", [x, c(b, 16, 12)])])])
+    lowered = lower_group(g, fuse(g)[0])
+    s = Schedule(lowered.tensors).split("relu0.i1", factor=4)
+    TuningLog(tmp_path / "t.jsonl").append(TuningRecord(
+        workload_key=lowered.key, workload_name="group", workload_params={}, target=Target.host(1).record(),
+        trace=s.to_json(), costs=[1e-5], flops=2 * 8 * 16 * 12))
+    model = compile_model(g, log=str(tmp_path / "t.jsonl"), threads=1)
+    assert model.info["schedules"] == {"exact": 1}
+    xs = RNG.standard_normal((8, 16)).astype("float32")
+    np.testing.assert_allclose(model(xs)[g.outputs[0]], run(g, {"x": xs})[g.outputs[0]], rtol=1e-5, atol=1e-5)
+    assert compile_model(g, threads=1).info["schedules"] == {"heuristic": 1}

@@ -254,3 +254,10 @@ def test_conv_epilogue_is_tiled_with_the_anchor(with_bias):
     (group,) = fuse(g)
     text = str(heuristic_schedule(lower_group(g, group).tensors))
     assert re.search(r"compute_at\('conv0', 'relu0\.i\d\.0\.1'\)", text), text
+
+
+def test_unsupported_dtype_names_the_node():
+    x = rand(3)
+    g = graph_of(lambda b, x: b.op("Cast", [x], to="float16", name="half"), {"x": x})
+    with pytest.raises(LoweringError, match=r"node half \(Cast\): dtype float16 has no kernel dtype"):
+        lower_group(g, fuse(g)[0])

@@ -61,8 +61,11 @@ def lower_node(ctx: Ctx, graph: Graph, node, vals: dict) -> list:
         raise LoweringError(f"node {node.name} ({node.op}): no lowering to a tensor expression for {node.op}")
     ins = [vals[v] if v else None for v in node.inputs]
     outs = [graph.types[v] for v in node.outputs if v]
-    for t in outs:
-        storage_dtype(t.dtype)
+    for t in outs + [v and graph.types[v] for v in node.inputs if v]:
+        try:
+            storage_dtype(t.dtype)
+        except LoweringError as err:
+            raise LoweringError(f"node {node.name} ({node.op}): {err}") from None
     try:
         return fn(ctx, node, ins, outs)
     except te.TEError as err:

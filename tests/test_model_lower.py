@@ -10,7 +10,7 @@ import tests.graph_lower_ops  # noqa: F401  (registers op kinds main does not ha
 from graph.builder import GraphBuilder
 from graph.fusion import fuse
 from graph.interpret import run
-from graph.lower import LoweringError, evaluate_group, lower_group
+from graph.lower import LoweringError, choose_layouts, evaluate_group, lower_group
 from graph.lower.elementwise import erf
 from tensorir import te
 from tensorir.te.evaluate import evaluate
@@ -34,12 +34,14 @@ def graph_of(build, inputs):
 def check_lowered(g, feeds, rtol=1e-5, atol=1e-5):
     """Each fused group evaluated from its workload equals the interpreter, output by output."""
     want = run(g, feeds)
-    env = dict(feeds)
-    for group in fuse(g):
-        env.update(evaluate_group(lower_group(g, group), g, env))
-    for v in g.outputs:
-        assert env[v].dtype == want[v].dtype and env[v].shape == want[v].shape, v
-        np.testing.assert_allclose(env[v].astype(np.float64), want[v].astype(np.float64), rtol=rtol, atol=atol)
+    groups = fuse(g)
+    for layouts in ({}, choose_layouts(g, groups)):
+        env = dict(feeds)
+        for group in groups:
+            env.update(evaluate_group(lower_group(g, group, layouts), g, env))
+        for v in g.outputs:
+            assert env[v].dtype == want[v].dtype and env[v].shape == want[v].shape, v
+            np.testing.assert_allclose(env[v].astype(np.float64), want[v].astype(np.float64), rtol=rtol, atol=atol)
 
 
 def _const(b, a):
@@ -139,8 +141,14 @@ def test_conv(cin, cout, group, k, strides, pads, dil, bias):
 
     def build(b, x):
         bb = _const(b, rand(cout)) if bias else None
-        return b.op("Conv", [x, _const(b, w), bb], strides=strides, pads=pads, dilations=dil, group=group)
-    check_lowered(graph_of(build, {"x": x}), {"x": x}, rtol=1e-4, atol=1e-4)
+        y = b.op("Relu", [b.op("Conv", [x, _const(b, w), bb], strides=strides, pads=pads, dilations=dil, group=group)])
+        # consumers of the conv group's output read it through its layout (NHWC when layouts are chosen)
+        z = b.op("Conv", [y, _const(b, rand(3, cout, 3, 3)), None], pads=(1, 0, 0, 1))
+        return [b.op("Transpose", [y], perm=(0, 2, 3, 1)), b.op("MaxPool", [y], kernel_shape=(2, 2)),
+                b.op("ReduceSum", [z], axes=(1,), keepdims=1)]
+    g = graph_of(build, {"x": x})
+    assert len(choose_layouts(g, fuse(g))) == 2
+    check_lowered(g, {"x": x}, rtol=1e-4, atol=1e-4)
 
 
 def test_batchnorm():
@@ -249,11 +257,14 @@ def test_conv_epilogue_is_tiled_with_the_anchor(with_bias):
     def build(b, x):
         y = b.op("Conv", [x, _const(b, rand(8, 8, 3, 3)), _const(b, rand(8)) if with_bias else None],
                  pads=(1, 1, 1, 1))
-        return b.op("Relu", [b.op("Add", [y, x])])
+        return b.op("MaxPool", [b.op("Relu", [b.op("Add", [y, x])])], kernel_shape=(2, 2))
     g = graph_of(build, {"x": x})
-    (group,) = fuse(g)
-    text = str(heuristic_schedule(lower_group(g, group).tensors))
-    assert re.search(r"compute_at\('conv0', 'relu0\.i\d\.0\.1'\)", text), text
+    groups = fuse(g)
+    for layouts in ({}, choose_layouts(g, groups)):
+        lowered = lower_group(g, groups[0], layouts)
+        assert lowered.tensors[-1].shape == ((1, 100, 8) if layouts else (1, 8, 10, 10))
+        text = str(heuristic_schedule(lowered.tensors))
+        assert re.search(r"compute_at\('conv0', 'relu0\.i\d\.0\.1'\)", text), text
 
 
 def test_unsupported_dtype_names_the_node():

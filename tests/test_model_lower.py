@@ -273,3 +273,17 @@ def test_unsupported_dtype_names_the_node():
     g = graph_of(lambda b, x: b.op("Cast", [x], to="float16", name="half"), {"x": x})
     with pytest.raises(LoweringError, match=r"node half \(Cast\): dtype float16 has no kernel dtype"):
         lower_group(g, fuse(g)[0])
+
+
+def test_a_graph_output_computed_in_nhwc_is_written_back_row_major():
+    from graph.lower import plan_layouts
+    x = rand(1, 4, 6, 6)
+    g = graph_of(lambda b, x: b.op("Relu", [b.op("Conv", [x, _const(b, rand(5, 4, 3, 3)), None], pads=(1, 1, 1, 1))]),
+                 {"x": x})
+    g2, groups, layouts = plan_layouts(g, fuse(g))
+    assert [grp.ops for grp in groups] == [("Conv", "Relu"), ("Identity",)]
+    assert layouts == {f"{g.outputs[0]}.nhwc": "nhwc"} and g2.outputs == g.outputs
+    env = {"x": x}
+    for grp in groups:
+        env.update(evaluate_group(lower_group(g2, grp, layouts), g2, env))
+    np.testing.assert_allclose(env[g.outputs[0]], run(g, {"x": x})[g.outputs[0]], rtol=1e-4, atol=1e-4)

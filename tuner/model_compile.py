@@ -14,7 +14,7 @@ import numpy as np
 
 from graph.fusion import fuse
 from graph.ir import Graph
-from graph.lower import choose_layouts, lower_group, storage_dtype, to_storage
+from graph.lower import lower_group, plan_layouts, storage_dtype, to_storage
 from graph.lower.core import storage_shape
 from graph.runtime import Buffer, CompiledModel, Step
 
@@ -48,7 +48,9 @@ def plan_graph(graph: Graph, passes: bool = True, layouts: bool = True) -> Plan:
     if passes:
         graph = run_passes(graph)
     groups = fuse(graph)
-    chosen = choose_layouts(graph, groups) if layouts else {}
+    chosen = {}
+    if layouts:
+        graph, groups, chosen = plan_layouts(graph, groups)
     lowered = [lower_group(graph, g, chosen) for g in groups]
     return Plan(graph, groups, lowered, time.perf_counter() - t0, chosen)
 

@@ -8,11 +8,15 @@ start ran 5-10x slower (docs/decisions/018-model-conv-layout.md). Consumers read
 through its layout (index arithmetic in :class:`~graph.lower.core.Val`), so any op may follow.
 A group of pools and elementwise ops that reads such a value keeps the layout (its output is
 NHWC too: the pool then vectorizes over the channels instead of reading across them). Graph
-inputs and outputs stay row-major.
+inputs and outputs stay row-major: a graph output such a group computes is renamed
+``<name>.nhwc`` and an Identity group (a transposing copy) writes the output
+(:func:`plan_layouts`).
 """
 from __future__ import annotations
 
-from graph.ir import Graph
+import dataclasses
+
+from graph.ir import Graph, Node
 from graph.lower.core import NHWC
 from graph.ops.registry import Pattern, get_op
 
@@ -33,19 +37,52 @@ def _keeps_layout(graph: Graph, group, layouts: dict) -> bool:
 
 def choose_layouts(graph: Graph, groups: list) -> dict:
     """Value -> layout: NHWC for the output of every Conv group, and of every group of pools and
-    elementwise ops reading an NHWC value (graph outputs excepted); ``groups`` in topological order."""
+    elementwise ops reading an NHWC value, graph outputs excepted (:func:`plan_layouts` handles
+    those); ``groups`` in topological order."""
     layouts = {}
     for g in groups:
-        if len(g.outputs) != 1:
+        if g.outputs[0] not in graph.outputs and _wants_nhwc(graph, g, layouts):
+            layouts[g.outputs[0]] = NHWC
+    return layouts
+
+
+def _wants_nhwc(graph: Graph, group, layouts: dict) -> bool:
+    if len(group.outputs) != 1 or group.outputs[0] != group.nodes[-1].outputs[0]:
+        return False
+    t = graph.types[group.outputs[0]]
+    if t.rank != 4:
+        return False
+    anchor = next((n for n in group.nodes if n.op == "Conv"), None)
+    if anchor is not None:
+        return t.shape == graph.types[anchor.outputs[0]].shape
+    return _keeps_layout(graph, group, layouts)
+
+
+def plan_layouts(graph: Graph, groups: list) -> tuple:
+    """``(graph, groups, layouts)``: NHWC for every Conv group's output and every group of pools and
+    elementwise ops reading an NHWC value; where such a value is a graph output, the group writes
+    ``<name>.nhwc`` and an Identity group after it the row-major output (groups stay in order)."""
+    from graph.fusion import FusedGroup
+    layouts, out_groups, types = {}, [], dict(graph.types)
+    for g in groups:
+        if not _wants_nhwc(graph, g, layouts):
+            out_groups.append(g)
             continue
         out = g.outputs[0]
-        t = graph.types[out]
-        if out in graph.outputs or t.rank != 4:
-            continue
-        anchor = next((n for n in g.nodes if n.op == "Conv"), None)
-        if anchor is not None:
-            if t.shape == graph.types[anchor.outputs[0]].shape:
-                layouts[out] = NHWC
-        elif _keeps_layout(graph, g, layouts):
+        if out not in graph.outputs:
             layouts[out] = NHWC
-    return layouts
+            out_groups.append(g)
+            continue
+        inner = f"{out}.nhwc"
+        while inner in types:
+            inner += "_"
+        types[inner] = graph.types[out]
+        last = g.nodes[-1].with_(outputs=(inner,))
+        out_groups.append(dataclasses.replace(g, nodes=g.nodes[:-1] + (last,), outputs=(inner,)))
+        copy = Node(f"{g.nodes[-1].name}.relayout", "Identity", (inner,), (out,))
+        out_groups.append(FusedGroup((copy,), (inner,), (out,), Pattern.ELEMWISE))
+        layouts[inner] = NHWC
+    if len(out_groups) == len(groups):
+        return graph, groups, layouts
+    nodes = tuple(n for g in out_groups for n in g.nodes)
+    return graph.replace(nodes=nodes, types=types), out_groups, layouts

@@ -1,7 +1,7 @@
 """Whole models, untuned (heuristic starts), against onnxruntime, side by side in one process.
 
     python benchmarks/bench_model.py [--models mlp,resnet18,mobilenet_block,bert_layer] [--threads 1,2]
-                                     [--rounds 5] [--out FILE]
+                                     [--rounds 5] [--layouts-ab] [--out FILE]
 
 For each model of ``tests/onnx_models.py`` (random weights, seeded):
 
@@ -11,7 +11,9 @@ For each model of ``tests/onnx_models.py`` (random weights, seeded):
 - the outputs checked against onnxruntime (max relative error, ``ORT_DISABLE_ALL``, 1 thread);
 - latency of ``model.run(feeds)`` and of ``InferenceSession.run`` (``ORT_ENABLE_ALL``, the same
   intra-op thread count, ``session.intra_op.allow_spinning=0``, sequential execution), timed by
-  :func:`tuner.compare.side_by_side` (alternating rounds, a 0.2 s pause at each switch, medians).
+  :func:`tuner.compare.side_by_side` (alternating rounds, a 0.2 s pause at each switch, medians);
+- with ``--layouts-ab``, also the model compiled with every value row-major (``layouts=False``:
+  conv outputs NCHW), timed in the same rounds (docs/decisions/023-model-conv-nhwc-layout.md).
 """
 from __future__ import annotations
 
@@ -44,7 +46,7 @@ def feeds_for(model, graph, seed: int = 0) -> dict:
             for i in model.graph.input if i.name not in weights}
 
 
-def bench(name: str, threads: int, rounds: int, log) -> dict:
+def bench(name: str, threads: int, rounds: int, log, layouts_ab: bool = False) -> dict:
     import tests.onnx_models as models
     from tensorir.runtime import clear_cache
     from tuner.compare import side_by_side
@@ -65,8 +67,14 @@ def bench(name: str, threads: int, rounds: int, log) -> dict:
     got = compiled.run(feeds)
     err = max(float(np.abs(got[o.name] - w).max() / (np.abs(w).max() or 1.0))
               for o, w in zip(model.graph.output, want))
-    res = side_by_side({"tensortune": lambda: compiled.run(feeds), "onnxruntime": lambda: sess.run(None, feeds)},
-                       rounds=rounds, min_repeat_ms=200)
+    fns = {"tensortune": lambda: compiled.run(feeds), "onnxruntime": lambda: sess.run(None, feeds)}
+    if layouts_ab:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            rowmajor = compile_model(graph, threads=threads, layouts=False)
+        compiled.threads = threads
+        fns["tensortune-rowmajor"] = lambda: rowmajor.run(feeds)
+    res = side_by_side(fns, rounds=rounds, min_repeat_ms=200)
     info = compiled.info
     row = {"model": name, "threads": threads, "nodes": len(graph.nodes), "groups": info["groups"],
            "kernels": info["distinct_kernels"], "import_s": t1 - t0, "compile_s": t2 - t1, "ort_session_s": t3 - t2,
@@ -77,6 +85,11 @@ def bench(name: str, threads: int, rounds: int, log) -> dict:
           f"import {row['import_s']:.2f} s compile {row['compile_s']:.2f} s (ort session {row['ort_session_s']:.2f} s) "
           f"| rel err {err:.1e} | tensortune {row['tt_ms']:.2f} ms, onnxruntime {row['ort_ms']:.2f} ms "
           f"({row['ort_ms'] / row['tt_ms']:.2f}x) | {row['memory']}", file=log, flush=True)
+    if layouts_ab:
+        row["rowmajor_ms"] = res["tensortune-rowmajor"]["median"] * 1e3
+        print(f"  row-major (layouts=False) {row['rowmajor_ms']:.2f} ms: NHWC conv outputs are "
+              f"{row['rowmajor_ms'] / row['tt_ms']:.2f}x faster; raw ms: "
+              f"{' '.join(f'{v * 1e3:.3f}' for v in res['tensortune-rowmajor']['all'])}", file=log)
     print(f"  raw tensortune ms: {' '.join(f'{v * 1e3:.3f}' for v in row['tt_all'])}", file=log)
     print(f"  raw onnxruntime ms: {' '.join(f'{v * 1e3:.3f}' for v in row['ort_all'])}", file=log, flush=True)
     return row
@@ -97,6 +110,7 @@ def main(argv=None) -> int:
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--threads", default="1,2")
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--layouts-ab", action="store_true", help="also time the model with every value row-major")
     p.add_argument("--out", help="also write the raw output to FILE")
     args = p.parse_args(argv)
     import llvmlite.binding as llvm
@@ -105,7 +119,7 @@ def main(argv=None) -> int:
     rows = []
     for threads in [int(t) for t in args.threads.split(",")]:
         for name in args.models.split(","):
-            rows.append(bench(name, threads, args.rounds, log))
+            rows.append(bench(name, threads, args.rounds, log, args.layouts_ab))
     text = table(rows)
     print(text, file=log)
     if log is not sys.stdout:

@@ -169,3 +169,17 @@ def test_a_logged_schedule_is_used_for_its_group(tmp_path):
     xs = RNG.standard_normal((8, 16)).astype("float32")
     np.testing.assert_allclose(model(xs)[g.outputs[0]], run(g, {"x": xs})[g.outputs[0]], rtol=1e-5, atol=1e-5)
     assert compile_model(g, threads=1).info["schedules"] == {"heuristic": 1}
+
+
+def test_models_sharing_kernels_keep_their_own_thread_counts():
+    b = GraphBuilder("shared")
+    x = b.input("x", (16, 64))
+    g = b.build([b.op("Relu", [b.op("MatMul", [x, c(b, 64, 64)])])])
+    one, two = compile_model(g, threads=1), compile_model(g, threads=2)
+    assert one.steps[0].kernel is two.steps[0].kernel      # the compiler's kernel cache
+    xs = RNG.standard_normal((16, 64)).astype("float32")
+    two.run({"x": xs})
+    one.run({"x": xs})
+    assert (one.threads, two.threads) == (1, 2)
+    with pytest.raises(ValueError, match="threads must be a positive int"):
+        one.threads = 0

@@ -75,6 +75,7 @@ class CompiledModel:
         self._lock = threading.Lock()
         self._arrays = None
         self._bound = None
+        self._threads = None
 
     # ------------------------------------------------------------ planning
     def _plan(self) -> MemoryPlan:
@@ -117,21 +118,26 @@ class CompiledModel:
         bound = []
         for step in self.steps:
             args = [self._arrays[b] for b in step.args]
+            if self._threads is not None and hasattr(step.kernel, "threads"):
+                # kernels may be shared with other models (the compiler caches them): a bound call
+                # keeps the thread count it was bound with
+                step.kernel.threads = self._threads
             bind = getattr(step.kernel, "bind", None)
             bound.append(bind(*args) if bind is not None else (lambda k=step.kernel, a=args: k(*a)))
         return bound
 
     @property
     def threads(self):
-        """Threads of the kernels' parallel loops (set on every kernel that has a ``threads``)."""
-        return next((s.kernel.threads for s in self.steps if hasattr(s.kernel, "threads")), None)
+        """Threads of the kernels' parallel loops (None: as the kernels were built)."""
+        return self._threads
 
     @threads.setter
     def threads(self, n: int) -> None:
-        for s in self.steps:
-            if hasattr(s.kernel, "threads"):
-                s.kernel.threads = n
-        self._bound = None
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise ValueError(f"model {self.name}: threads must be a positive int, got {n!r}")
+        with self._lock:
+            self._threads = int(n)
+            self._bound = None
 
     # ------------------------------------------------------------ running
     def check_feeds(self, feeds: dict) -> list:

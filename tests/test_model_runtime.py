@@ -183,3 +183,14 @@ def test_models_sharing_kernels_keep_their_own_thread_counts():
     assert (one.threads, two.threads) == (1, 2)
     with pytest.raises(ValueError, match="threads must be a positive int"):
         one.threads = 0
+
+
+def test_profile_lists_every_step_in_plan_order():
+    g = resnet_block()
+    model = compile_model(g, threads=1)
+    x = RNG.standard_normal(g.types["x"].shape).astype("float32")
+    prof = model.profile({"x": x}, min_seconds=0.001)
+    assert [p["step"] for p in prof] == list(range(len(model.steps)))
+    assert [p["label"] for p in prof] == [s.label for s in model.steps]
+    assert all(p["seconds"] > 0 for p in prof)
+    np.testing.assert_allclose(model.run({"x": x})[g.outputs[0]], run(g, {"x": x})[g.outputs[0]], rtol=1e-4, atol=1e-4)

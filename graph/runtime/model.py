@@ -13,6 +13,7 @@ outputs back to their graph dtype on the way out.
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -186,6 +187,27 @@ class CompiledModel:
                 a = self._arrays[b].reshape(buf.shape)
                 result[buf.name] = (a != 0) if buf.dtype == "bool" else a.astype(buf.dtype, copy=True)
         return result
+
+    def profile(self, feeds: dict, min_seconds: float = 0.02) -> list:
+        """Seconds per call of each step on ``feeds``: ``[{"step", "label", "seconds"}]`` in plan order.
+
+        Each step is repeated for at least ``min_seconds`` after the whole model ran once; for
+        finding which fused group dominates a model's latency, not for comparisons (use
+        ``benchmarks/`` for those).
+        """
+        self.run(feeds)
+        out = []
+        with self._lock:
+            for n, (step, call) in enumerate(zip(self.steps, self._bound)):
+                calls, t0 = 0, time.perf_counter()
+                while True:
+                    call()
+                    calls += 1
+                    elapsed = time.perf_counter() - t0
+                    if elapsed >= min_seconds:
+                        break
+                out.append({"step": n, "label": step.label, "seconds": elapsed / calls})
+        return out
 
     def __call__(self, *args, **feeds):
         """``model(x, y)`` (input order) or ``model(x=..., y=...)``: the outputs dict."""

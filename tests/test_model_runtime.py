@@ -194,3 +194,15 @@ def test_profile_lists_every_step_in_plan_order():
     assert [p["label"] for p in prof] == [s.label for s in model.steps]
     assert all(p["seconds"] > 0 for p in prof)
     np.testing.assert_allclose(model.run({"x": x})[g.outputs[0]], run(g, {"x": x})[g.outputs[0]], rtol=1e-4, atol=1e-4)
+
+
+def test_compiling_inside_an_apply_best_scope_reports_to_the_scope(tmp_path):
+    from logs import TuningFallbackWarning, apply_best
+    b = GraphBuilder("scoped")
+    x = b.input("x", (4, 8))
+    y = b.op("Relu", [b.op("MatMul", [x, c(b, 8, 8)])])
+    g = b.build([b.op("Relu", [b.op("MatMul", [y, c(b, 8, 8)])])])
+    with pytest.warns(TuningFallbackWarning):
+        with apply_best(str(tmp_path / "empty.jsonl")) as scope:
+            model = compile_model(g, threads=1)
+    assert model.info["distinct_kernels"] == 1 and scope.builds == 1 and len(scope.fallbacks) == 1

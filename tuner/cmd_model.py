@@ -93,6 +93,8 @@ def read_inputs(items) -> dict:
         name, sep, path = item.partition("=")
         if not sep or not name or not path:
             raise CLIError(f"--input {item!r}: expected NAME=FILE.npy")
+        if name in feeds:
+            raise CLIError(f"--input {name} is given twice")
         try:
             feeds[name] = np.load(path, allow_pickle=False)
         except FileNotFoundError:

@@ -28,6 +28,8 @@ def load(path, shapes: dict | None = None) -> Graph:
         path = os.fspath(path)
         if not os.path.exists(path):
             raise GraphError(f"model file {path!r} does not exist")
+        if os.path.isdir(path):
+            raise GraphError(f"model file {path!r} is a directory, not an ONNX file")
     return load_onnx(path, shapes)
 
 

@@ -287,3 +287,10 @@ def test_a_graph_output_computed_in_nhwc_is_written_back_row_major():
     for grp in groups:
         env.update(evaluate_group(lower_group(g2, grp, layouts), g2, env))
     np.testing.assert_allclose(env[g.outputs[0]], run(g, {"x": x})[g.outputs[0]], rtol=1e-4, atol=1e-4)
+
+
+def test_an_attribute_the_kernel_dtype_cannot_hold_is_a_lowering_error():
+    x = np.arange(6, dtype=np.int64).reshape(2, 3)
+    g = graph_of(lambda b, x: b.op("Clip", [x], max=2.5, name="clip"), {"x": x})
+    with pytest.raises(LoweringError, match=r"node clip \(Clip\)"):
+        lower_group(g, fuse(g)[0])

@@ -17,6 +17,7 @@ from graph.lower.core import NHWC, Ctx, LoweringError, Val, from_storage, storag
 from graph.lower.elementwise import LOWERINGS
 from tensorir import te
 from tensorir.te.evaluate import evaluate, topo_stages
+from tensorir.te.expr import ExprError
 from tensorir.te.serialize import workload_key
 
 
@@ -72,7 +73,7 @@ def lower_node(ctx: Ctx, graph: Graph, node, vals: dict) -> list:
             raise LoweringError(f"node {node.name} ({node.op}): {err}") from None
     try:
         return fn(ctx, node, ins, outs)
-    except te.TEError as err:
+    except (te.TEError, ExprError) as err:
         raise LoweringError(f"node {node.name} ({node.op}): {err}") from None
 
 

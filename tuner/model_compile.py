@@ -14,7 +14,7 @@ import numpy as np
 
 from graph.fusion import fuse
 from graph.ir import Graph
-from graph.lower import lower_group, storage_dtype, to_storage
+from graph.lower import lower_group, plan_layouts, storage_dtype, to_storage
 from graph.lower.core import storage_shape
 from graph.runtime import Buffer, CompiledModel, Step
 
@@ -22,16 +22,13 @@ from graph.runtime import Buffer, CompiledModel, Step
 def run_passes(graph: Graph, trace=None) -> Graph:
     """The graph after the pass pipeline of ``graph.passes`` (the graph itself while there is none).
 
-    ``trace(name, graph)``, if given, is called after each pass (``graph.passes`` may accept it).
+    ``trace(pass_name, graph)``, if given, is called after each pass.
     """
     try:
         from graph.passes import run_passes as pipeline
     except ImportError:
         return graph
-    try:
-        return pipeline(graph, trace=trace) if trace is not None else pipeline(graph)
-    except TypeError:
-        return pipeline(graph)
+    return pipeline(graph, print_after=trace) if trace is not None else pipeline(graph)
 
 
 @dataclass
@@ -41,16 +38,21 @@ class Plan:
     groups: list
     lowered: list          # LoweredGroup per group
     seconds: float
+    layouts: dict          # value -> layout of values not stored row-major
 
 
-def plan_graph(graph: Graph, passes: bool = True) -> Plan:
-    """Passes (if ``passes``), fusion and lowering of every group (LoweringError on an unsupported op)."""
+def plan_graph(graph: Graph, passes: bool = True, layouts: bool = True) -> Plan:
+    """Passes (if ``passes``), fusion, layouts (conv outputs channels-innermost, if ``layouts``) and
+    lowering of every group (LoweringError on an unsupported op)."""
     t0 = time.perf_counter()
     if passes:
         graph = run_passes(graph)
     groups = fuse(graph)
-    lowered = [lower_group(graph, g) for g in groups]
-    return Plan(graph, groups, lowered, time.perf_counter() - t0)
+    chosen = {}
+    if layouts:
+        graph, groups, chosen = plan_layouts(graph, groups)
+    lowered = [lower_group(graph, g, chosen) for g in groups]
+    return Plan(graph, groups, lowered, time.perf_counter() - t0, chosen)
 
 
 def build_kernels(plan: Plan, log=None, threads: int | None = None) -> dict:
@@ -76,7 +78,8 @@ def assemble(plan: Plan, kernels: dict, info: dict | None = None) -> CompiledMod
         if value not in ids:
             t = graph.types[value]
             ids[value] = len(buffers)
-            buffers.append(Buffer(value, t.shape, t.dtype, storage_shape(t.shape), storage_dtype(t.dtype)))
+            buffers.append(Buffer(value, t.shape, t.dtype, storage_shape(t.shape, plan.layouts.get(value)),
+                                  storage_dtype(t.dtype)))
             if value in graph.constants:
                 constants[ids[value]] = to_storage(graph.constants[value])
         return ids[value]
@@ -110,10 +113,11 @@ def assemble(plan: Plan, kernels: dict, info: dict | None = None) -> CompiledMod
     return CompiledModel(graph.name, buffers, inputs, outputs, constants, steps, info)
 
 
-def compile_graph(graph: Graph, log=None, threads: int | None = None, passes: bool = True) -> CompiledModel:
+def compile_graph(graph: Graph, log=None, threads: int | None = None, passes: bool = True,
+                  layouts: bool = True) -> CompiledModel:
     """Compile ``graph`` (see the module docstring); ``model.info`` holds the plan, the kernels and
-    the time each phase took."""
-    plan = plan_graph(graph, passes)
+    the time each phase took. ``layouts``: compute conv outputs channels-innermost (default)."""
+    plan = plan_graph(graph, passes, layouts)
     t0 = time.perf_counter()
     kernels = build_kernels(plan, log, threads)
     build_s = time.perf_counter() - t0

@@ -4,12 +4,13 @@ Modules: ``core`` (values, kernel dtypes, the lowering context), ``elementwise``
 with broadcasting, Where, Cast, Clip, Gelu, Erf, BatchNormalization), ``linalg`` (MatMul, Gemm,
 Conv with groups and asymmetric pads), ``nn`` (pools, Softmax, LayerNormalization, Reduce*),
 ``shape`` (Transpose, Reshape, Concat, Slice, Gather, Expand), ``group`` (a fused group -> one
-workload with a structural key).
+workload with a structural key), ``layout`` (which values are stored channels-innermost).
 """
 from graph.lower.core import LoweringError, storage_dtype, to_storage, from_storage  # noqa: F401
 from graph.lower.elementwise import LOWERINGS  # noqa: F401
 from graph.lower import linalg, nn, shape  # noqa: F401  (registration)
 from graph.lower.group import LoweredGroup, evaluate_group, lower_group, lower_node  # noqa: F401
+from graph.lower.layout import NHWC, choose_layouts, plan_layouts  # noqa: F401
 
 
 def supported_ops() -> tuple:

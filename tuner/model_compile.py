@@ -14,6 +14,7 @@ import numpy as np
 
 from graph.fusion import fuse
 from graph.ir import Graph
+from tensorir.te.evaluate import evaluate
 from graph.lower import lower_group, plan_layouts, storage_dtype, to_storage
 from graph.lower.core import storage_shape
 from graph.runtime import Buffer, CompiledModel, Step
@@ -55,14 +56,49 @@ def plan_graph(graph: Graph, passes: bool = True, layouts: bool = True) -> Plan:
     return Plan(graph, groups, lowered, time.perf_counter() - t0, chosen)
 
 
-def build_kernels(plan: Plan, log=None, threads: int | None = None) -> dict:
-    """One kernel per distinct workload key: key -> Kernel (its ``lookup`` says what schedule)."""
+def build_kernels(plan: Plan, log=None, threads: int | None = None, prepack: bool = True) -> dict:
+    """One kernel per distinct workload key: key -> Kernel (its ``lookup`` says what schedule).
+
+    With ``prepack``, a kernel whose schedule packs a constant input (weights) into a blocked
+    layout is rebuilt to read a packed copy made once by :func:`assemble` (``kernel.prepacked``).
+    """
     from logs import build
     kernels = {}
     for lw in plan.lowered:
         if lw.key not in kernels:
             kernels[lw.key] = build(lw.tensors, log=log, threads=threads, warn=False)
+    if prepack:
+        for key, kernel in kernels.items():
+            kernels[key] = _prepacked(plan, key, kernel, threads)
     return kernels
+
+
+def _constant_inputs(plan: Plan, key: str) -> set:
+    """Indices of the placeholders of workload ``key`` that every occurrence feeds with a constant."""
+    sets = []
+    for lw in plan.lowered:
+        if lw.key == key:
+            sets.append({i for i, (kind, what) in enumerate(lw.params)
+                         if kind == "const" or what in plan.graph.constants})
+    return set.intersection(*sets) if sets else set()
+
+
+def _prepacked(plan: Plan, key: str, kernel, threads):
+    from tensorir.runtime import build as build_func
+    from tuner.prepack import prepack
+    schedule = getattr(kernel, "schedule", None)
+    constant = _constant_inputs(plan, key)
+    if schedule is None or not constant:
+        return kernel
+    lw = next(lw for lw in plan.lowered if lw.key == key)
+    pre = prepack(lw.tensors, schedule, constant)
+    if pre is None:
+        return kernel
+    new = build_func(pre.schedule.lower())
+    if threads is not None:
+        new.threads = threads
+    new.lookup, new.schedule, new.prepacked = getattr(kernel, "lookup", None), pre.schedule, pre
+    return new
 
 
 def _copy(src, dst):
@@ -86,17 +122,33 @@ def assemble(plan: Plan, kernels: dict, info: dict | None = None) -> CompiledMod
 
     inputs = [buffer_of(v) for v in graph.inputs]
     steps = []
+    packed: dict = {}       # (source buffer, pack stage) -> buffer of the packed copy
+
+    def constant_buffer(label: str, array) -> int:
+        b = len(buffers)
+        buffers.append(Buffer(label, array.shape, array.dtype.name, array.shape, array.dtype.name))
+        constants[b] = array
+        return b
+
     for g, lw in zip(plan.groups, plan.lowered):
         args = []
         for kind, what in lw.params:
-            if kind == "value":
-                args.append(buffer_of(what))
-            else:
-                b = len(buffers)
-                buffers.append(Buffer(f"{g.name}.const{b}", what.shape, what.dtype.name, what.shape,
-                                      what.dtype.name))
-                constants[b] = what
-                args.append(b)
+            args.append(buffer_of(what) if kind == "value" else constant_buffer(f"{g.name}.const{len(buffers)}", what))
+        pre = getattr(kernels[lw.key], "prepacked", None)
+        if pre is not None:     # the kernel reads packed copies of its constants, made here once
+            t0 = time.perf_counter()
+            base, args = args, []
+            for feed in pre.feeds:
+                if feed[0] == "input":
+                    args.append(base[feed[1]])
+                    continue
+                src = base[feed[1]]
+                if (src, feed[2].name, feed[2].shape) not in packed:
+                    array = evaluate(feed[2].layout(), [constants[src]])[0]
+                    packed[(src, feed[2].name, feed[2].shape)] = constant_buffer(f"{g.name}.{feed[2].name}", array)
+                args.append(packed[(src, feed[2].name, feed[2].shape)])
+            if info is not None:
+                info["prepack_seconds"] = info.get("prepack_seconds", 0.0) + time.perf_counter() - t0
         args += [buffer_of(v) for v in lw.outputs]
         steps.append(Step(kernels[lw.key], tuple(args), g.name))
     outputs = []
@@ -114,19 +166,21 @@ def assemble(plan: Plan, kernels: dict, info: dict | None = None) -> CompiledMod
 
 
 def compile_graph(graph: Graph, log=None, threads: int | None = None, passes: bool = True,
-                  layouts: bool = True) -> CompiledModel:
+                  layouts: bool = True, prepack: bool = True) -> CompiledModel:
     """Compile ``graph`` (see the module docstring); ``model.info`` holds the plan, the kernels and
-    the time each phase took. ``layouts``: compute conv outputs channels-innermost (default)."""
+    the time each phase took. ``layouts``: compute conv outputs channels-innermost (default).
+    ``prepack``: pack constant weights once here rather than in every call (default)."""
     plan = plan_graph(graph, passes, layouts)
     t0 = time.perf_counter()
-    kernels = build_kernels(plan, log, threads)
+    kernels = build_kernels(plan, log, threads, prepack)
     build_s = time.perf_counter() - t0
     matches = {}
     for k in kernels.values():
         m = getattr(getattr(k, "lookup", None), "match", "built")
         matches[m] = matches.get(m, 0) + 1
     info = {"plan": plan, "kernels": kernels, "groups": len(plan.groups), "distinct_kernels": len(kernels),
-            "schedules": matches, "lower_seconds": plan.seconds, "build_seconds": build_s}
+            "schedules": matches, "lower_seconds": plan.seconds, "build_seconds": build_s,
+            "prepacked_kernels": sum(1 for k in kernels.values() if getattr(k, "prepacked", None) is not None)}
     model = assemble(plan, kernels, info)
     if threads is not None:
         model.threads = threads

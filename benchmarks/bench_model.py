@@ -13,7 +13,7 @@ For each model of ``tests/onnx_models.py`` (random weights, seeded):
   intra-op thread count, ``session.intra_op.allow_spinning=0``, sequential execution), timed by
   :func:`tuner.compare.side_by_side` (alternating rounds, a 0.2 s pause at each switch, medians);
 - with ``--layouts-ab``, also the model compiled with every value row-major (``layouts=False``:
-  conv outputs NCHW), timed in the same rounds (docs/decisions/023-model-conv-nhwc-layout.md).
+  conv outputs NCHW), timed in the same rounds (docs/decisions/024-model-conv-nhwc-layout.md).
 """
 from __future__ import annotations
 

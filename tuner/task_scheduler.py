@@ -55,7 +55,7 @@ class SchedulerConfig:
     beta: float = 2.0              # similar tasks bound the forward estimate within this factor
     window: int = 3                # rounds the backward gradient looks back over
     max_round_trials: int = 64     # a round measures min(this, trials // tasks) trials
-    warmup_share: float = 0.5      # the warm-up rounds spend at most this share of the budget
+    warmup_share: float = 0.5      # warm-up spends at most this share (docs/decisions/025-task-scheduler-gradient-half-budget-warmup.md)
     stall_rounds: int = 3          # rounds without a 1% gain after which a task gets no more
     timeout_s: float | None = None  # no new round after this many seconds
 

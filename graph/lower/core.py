@@ -22,7 +22,7 @@ from tensorir.te.expr import Binary, BinOp, Const
 NHWC = "nhwc"
 """The one non-default layout: a rank-4 value (N, C, H, W) stored as (N, H*W, C), channels innermost.
 A conv written this way is a matrix product with the channels as its vector axis (the generated
-space tiles it well); see docs/decisions/023-model-conv-nhwc-layout.md."""
+space tiles it well); see docs/decisions/024-model-conv-nhwc-layout.md."""
 
 STORAGE = {"float32": "float32", "float64": "float64", "int32": "int32", "int64": "int32", "bool": "int32"}
 """Graph dtype -> the tensor-expression dtype its values are stored in."""

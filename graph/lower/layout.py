@@ -4,7 +4,7 @@ A conv's output (and its fused epilogue) is computed with the channels innermost
 :data:`~graph.lower.core.NHWC` = (N, H*W, C): the conv is then a matrix product whose vector
 axis is the output channels, with the weights packed into panels, which the generated space
 tiles well; in NCHW the vector axis is a row of the image (7 to 112 wide), and the heuristic
-start ran 5-10x slower (docs/decisions/023-model-conv-nhwc-layout.md). Consumers read such a value
+start ran 5-10x slower (docs/decisions/024-model-conv-nhwc-layout.md). Consumers read such a value
 through its layout (index arithmetic in :class:`~graph.lower.core.Val`), so any op may follow.
 A group of pools and elementwise ops that reads such a value keeps the layout (its output is
 NHWC too: the pool then vectorizes over the channels instead of reading across them). Graph

@@ -158,7 +158,7 @@ def test_symbolic_dimensions_pinned_by_shapes():
     model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
     model.graph.output[0].type.tensor_type.shape.dim[0].dim_param = "batch"
     with pytest.raises(OnnxImportError, match=r"input input \[batch,8\] has the symbolic dimension 0 \(batch\): "
-                                              r"pin it \(shapes=\{'input': \(...\)\}\)"):
+                                              r"pin it \(shapes=\{'input': \(...\)\}; on the command line --shape input=DIMS\)"):
         load_onnx(model)
     for pin in ((5, 8), "5x8"):
         graph = load_onnx(model, shapes={"input": pin})

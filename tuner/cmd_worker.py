@@ -64,7 +64,7 @@ def run(args) -> int:
         raise CLIError(str(err)) from None
     fingerprint = target_fingerprint(host_target(args.threads))
     say = (lambda msg: None) if args.quiet else (lambda msg: print(f"worker: {msg}", flush=True))
-    skip, idle_since, joined_any = set(), time.monotonic(), False
+    skip, passed, idle_since, joined_any = set(), set(), time.monotonic(), False
     say(f"target {fingerprint}; waiting for studies in {_safe_url(args.storage)}")
     while True:
         try:
@@ -74,13 +74,16 @@ def run(args) -> int:
         except Exception as err:  # noqa: BLE001 - SQLAlchemy/Optuna errors of a bad URL or unreachable server
             raise CLIError(str(StorageError(f"cannot open the Optuna storage {_safe_url(args.storage)}: "
                                             f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")))
+        for reg in other:
+            if reg.name not in passed:      # measurements of another target must not enter it
+                passed.add(reg.name)
+                say(f"{reg.name}: another target ({reg.fingerprint}), not joined")
         reg = next((r for r in found if r.name not in skip and _has_work(args.storage, r)), None)
         if reg is None:
             if args.study and joined_any and not found:
                 return 0        # its run is over
             if time.monotonic() - idle_since >= args.idle_exit:
-                say(f"idle for {args.idle_exit:g} s" + (f" ({other} open studies of other targets)" if other else "")
-                    + "; exiting")
+                say(f"idle for {args.idle_exit:g} s; exiting")
                 return 0
             time.sleep(POLL_S)
             continue

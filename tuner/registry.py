@@ -61,9 +61,9 @@ def read(name: str, attrs: dict) -> Registration | None:
 
 def open_studies(storage: str, fingerprint: str, name: str | None = None) -> tuple:
     """``(open, other)``: registrations of the open studies of target ``fingerprint`` (only
-    study ``name``, if given), and how many open studies of other targets were passed over."""
+    study ``name``, if given), and those of the open studies of other targets, passed over."""
     import optuna
-    found, other = [], 0
+    found, other = [], []
     for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
         if name is not None and summary.study_name != name:
             continue
@@ -71,7 +71,7 @@ def open_studies(storage: str, fingerprint: str, name: str | None = None) -> tup
         if reg is None or not reg.open:
             continue
         if reg.fingerprint != fingerprint:
-            other += 1
+            other.append(reg)
             continue
         found.append(reg)
     return found, other

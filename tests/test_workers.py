@@ -53,7 +53,8 @@ def the_study(url):
 def measured(study) -> list:
     """The study's trials measured by a claim (tuner.lease), COMPLETE."""
     from tuner.lease import CLAIM
-    return [t for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE" and CLAIM in t.user_attrs]
+    return [t for t in study.get_trials(deepcopy=False)
+            if t.state.name == "COMPLETE" and t.user_attrs.get(CLAIM) is not None]
 
 
 def pid_of(trial, attr) -> int:
@@ -121,7 +122,7 @@ def test_a_killed_worker_loses_its_trials_to_the_other(database, tmp_path):
             running = the_study(database).get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
         except (AssertionError, KeyError):
             running = []        # not registered yet
-        claimed = [t for t in running if CLAIM in t.user_attrs]
+        claimed = [t for t in running if t.user_attrs.get(CLAIM) is not None]
         if claimed:
             victim = pid_of(claimed[0], CLAIM)
             os.kill(victim, signal.SIGKILL)     # mid-trial: it holds a claimed, running trial
@@ -132,7 +133,8 @@ def test_a_killed_worker_loses_its_trials_to_the_other(database, tmp_path):
     summary = json.loads(out.strip().splitlines()[-1])
     study = the_study(database)
     trials = study.get_trials(deepcopy=False)
-    lost = [t for t in trials if CLAIM in t.user_attrs and pid_of(t, CLAIM) == victim and t.state.name != "COMPLETE"]
+    lost = [t for t in trials if t.user_attrs.get(CLAIM) is not None and pid_of(t, CLAIM) == victim
+            and t.state.name != "COMPLETE"]
     assert lost and all(t.state.name == "FAIL" for t in lost)           # failed once its lease ran out
     reasked = {t.user_attrs[REASK]: t for t in trials if REASK in t.user_attrs}
     for t in lost:                                                      # ... and measured again by the other
@@ -163,7 +165,7 @@ def test_a_late_report_of_an_expired_trial_is_ignored_with_a_warning(database):
         assert shared.tell(trial, 1.0) is None
     assert mine.late == 1
     trials = study.get_trials(deepcopy=False)
-    assert trials[0].state.name == "FAIL" and CLAIM in trials[0].user_attrs
+    assert trials[0].state.name == "FAIL" and trials[0].user_attrs.get(CLAIM)
     assert trials[1].state.name == "WAITING" and trials[1].user_attrs[REASK] == 0     # asked again
     assert study.ask().number == 1                                                     # and taken first
 

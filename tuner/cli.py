@@ -242,6 +242,11 @@ def cmd_tune(args) -> int:
           f"({result.invalid} invalid of {result.asked} asked; errors: {dict(result.errors) or 'none'})"
           + (f"; {result.remeasured} repeat measurements of the fastest" if result.remeasured else "")
           + (f"; {result.resumed} earlier records resumed" if result.resumed else ""))
+    shared = getattr(tuner, "shared", None)     # a shared study (--storage postgresql://...)
+    if shared:
+        out["study"] = shared
+        print(f"study         {shared['study']}: {shared['measured']} trials measured in this run by "
+              f"{shared['processes']} process{'es' if shared['processes'] != 1 else ''} (tensortune worker)")
     if result.stop_reason:
         print(f"stopped early: {result.stop_reason}")
     print(f"best          {format_latency(tuned_s)}  {gf(tuned_s):.1f} GFLOP/s  (timed again here, side by side)")

@@ -54,8 +54,8 @@ def run(args) -> int:
     """The worker loop; 0 when it exits idle (or its ``--study`` is over)."""
     from logs import LogError, TuningLog, default_log_path
 
-    from .registry import open_studies
-    from .study import StorageError, target_fingerprint
+    from .registry import lookup, open_studies
+    from .study import StorageError, retry_schema_race, target_fingerprint
     from .target import host_target
     _check(args)
     try:
@@ -64,11 +64,11 @@ def run(args) -> int:
         raise CLIError(str(err)) from None
     fingerprint = target_fingerprint(host_target(args.threads))
     say = (lambda msg: None) if args.quiet else (lambda msg: print(f"worker: {msg}", flush=True))
-    skip, passed, idle_since, joined_any = set(), set(), time.monotonic(), False
+    skip, passed, idle_since = set(), set(), time.monotonic()
     say(f"target {fingerprint}; waiting for studies in {_safe_url(args.storage)}")
     while True:
         try:
-            found, other = open_studies(args.storage, fingerprint, args.study)
+            found, other = retry_schema_race(lambda: open_studies(args.storage, fingerprint, args.study))
         except ImportError as err:
             raise CLIError(f"cannot use --storage {args.storage}: {err}") from None
         except Exception as err:  # noqa: BLE001 - SQLAlchemy/Optuna errors of a bad URL or unreachable server
@@ -80,14 +80,14 @@ def run(args) -> int:
                 say(f"{reg.name}: another target ({reg.fingerprint}), not joined")
         reg = next((r for r in found if r.name not in skip and _has_work(args.storage, r)), None)
         if reg is None:
-            if args.study and joined_any and not found:
+            mine = lookup(args.storage, args.study) if args.study else None
+            if mine is not None and not mine.open:
                 return 0        # its run is over
             if time.monotonic() - idle_since >= args.idle_exit:
                 say(f"idle for {args.idle_exit:g} s; exiting")
                 return 0
             time.sleep(POLL_S)
             continue
-        joined_any = True
         try:
             result = _work_on(reg, args, log)
         except CLIError as err:       # this study cannot be rebuilt here (e.g. its workload file is missing)
@@ -165,18 +165,21 @@ def tune_with_local_workers(args, spec, cfg, log, storage: str) -> int:
         print(f"tensortune: error: {err}", file=sys.stderr)
         return 1
     finally:
-        if not args.quiet:
+        if not args.quiet and sys.stderr.isatty():
             print(file=sys.stderr)
     records = [r for r in log.for_workload(spec.key, tuner.target) if r.ok]
     best = min(records, key=lambda r: r.rank_key) if records else None
     out = {"workload": spec.name, "params": spec.params, "trials": summary["measured"], "workers": args.workers,
            "threads": threads, "by_worker": summary["by_worker"], "expired": summary["expired"],
            "tune_seconds": round(summary["seconds"], 3), "study": tuner.study_name(), "log": log.path,
+           "stop_reason": summary["stop_reason"],
            "best_gflops": round(best.gflops, 3) if best is not None and best.gflops else None}
     print(f"workload      {spec.label}  ({args.workers} workers x {threads} thread{'s' if threads != 1 else ''})")
     print(f"trials        {summary['measured']} measured in {summary['seconds']:.1f} s: "
           + ", ".join(f"{n} by {owner}" for owner, n in sorted(summary["by_worker"].items()))
           + (f"; {summary['expired']} lost with their worker and asked again" if summary["expired"] else ""))
+    if summary["stop_reason"]:
+        print(f"stopped early: {summary['stop_reason']}")
     if best is not None:
         print(f"best          {best.gflops or 0:.1f} GFLOP/s while tuning (the log's fastest for this target)")
     print(f"study         {tuner.study_name()}")
@@ -187,7 +190,14 @@ def tune_with_local_workers(args, spec, cfg, log, storage: str) -> int:
 
 
 def _progress(label: str):
+    """A progress line on stderr: redrawn on a terminal, a new line per measured trial elsewhere."""
+    tty, last = sys.stderr.isatty(), [None]
+
     def show(ev: dict) -> None:
-        print(f"\r{label} {ev['measured']}/{ev['trials']} trials | best {ev['best_gflops']:.1f} GFLOP/s | "
-              f"{ev['elapsed']:.0f} s", end="", file=sys.stderr, flush=True)
+        if not tty and ev["measured"] == last[0]:
+            return
+        last[0] = ev["measured"]
+        print(f"{chr(13) if tty else ''}{label} {ev['measured']}/{ev['trials']} trials | best "
+              f"{ev['best_gflops']:.1f} GFLOP/s | {ev['elapsed']:.0f} s", end="" if tty else "\n", file=sys.stderr,
+              flush=True)
     return show

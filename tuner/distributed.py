@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 
-from .lease import CLAIM, CLAIM_GRACE_S, REASK, LeasedStudy, Leases, claim, params_key, tally
+from .lease import CLAIM, CLAIM_GRACE_S, REASK, LeasedStudy, Leases, claim, measured_by, params_key, tally, unclaim
 from .search import Tuner
 from .state import RunState, decision_key
 from .study import make_sampler, open_study
@@ -54,12 +54,14 @@ class SharedTuner(Tuner):
         self.poll_s = min(1.0, max(0.05, self.lease_s / 8))
         self._left = 0
         self._refused_rounds = 0    # consecutive rounds whose every candidate another process had measured
+        self.shared = None          # once finished (the registering run): what the study's processes measured
 
     # --------------------------------------------------------------- setup
     def study_name(self) -> str:
         return self.join or super().study_name()
 
     def _study(self, previous: list):
+        self._since = time.time()
         if self.join:       # a worker: the study as registered, no warm start from this worker's log
             import optuna
             optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -156,6 +158,7 @@ class SharedTuner(Tuner):
         time.sleep(CLAIM_GRACE_S)
         admitted = tally(study, self.goal).admitted
         keep = [c for c in chosen if c.trial.number in admitted]
+        unclaim([c.trial for c in chosen if c.trial.number not in admitted])
         return keep, rest + [c for c in cands if c not in keep]
 
     def _pop_waiting(self) -> list:
@@ -178,6 +181,9 @@ class SharedTuner(Tuner):
             if not self.join:
                 self._stop_asking()
                 self.close_study()
+                by = measured_by(self.study.raw, self._since)
+                self.shared = {"study": self.study_name(), "measured": sum(by.values()), "processes": len(by),
+                               "late_reports": self.leases.late}
             return super().finish()
         finally:
             self.leases.stop()
@@ -267,7 +273,7 @@ def tune_with_workers(tuner: SharedTuner, workers: LocalWorkers, progress=None) 
     tuner.open()
     study = tuner.study.raw
     first_number = len(study.get_trials(deepcopy=False))
-    measured = 0
+    measured, stop_reason, timeout_s, quick = 0, None, tuner.config.timeout_s, True
     try:
         workers.start()
         while True:
@@ -279,25 +285,25 @@ def tune_with_workers(tuner: SharedTuner, workers: LocalWorkers, progress=None) 
                           "elapsed": time.perf_counter() - started})
             if measured >= budget:
                 break
+            if timeout_s is not None and time.perf_counter() - started > timeout_s:
+                stop_reason = f"timeout of {timeout_s:g} s reached"
+                break
             if not workers.alive():
                 raise RuntimeError(f"every worker ended before the budget was measured ({measured} of {budget} "
                                    "trials); see their messages above")
             time.sleep(tuner.poll_s)
+        quick = False
     finally:
-        tuner.close_study(wait_s=tuner.lease_s)
-        codes = workers.stop(wait_s=tuner.lease_s + 30)
+        # (interrupted or failed: do not keep the user waiting a whole lease)
+        tuner.close_study(wait_s=5.0 if quick else tuner.lease_s)
+        codes = workers.stop(wait_s=5.0 if quick else tuner.lease_s + 30)
         tuner.leases.stop()
-    by_worker = {}
-    for t in _measured_trials(study):
-        when, owner = t.user_attrs[CLAIM]
-        if when >= since:
-            by_worker[owner] = by_worker.get(owner, 0) + 1
-    return {"measured": measured, "budget": tuner.config.trials, "by_worker": by_worker,
-            "seconds": time.perf_counter() - started, "workers_exit": codes,
+    return {"measured": measured, "budget": tuner.config.trials, "by_worker": measured_by(study, since),
+            "seconds": time.perf_counter() - started, "workers_exit": codes, "stop_reason": stop_reason,
             "expired": sum(1 for t in study.get_trials(deepcopy=False)[first_number:] if REASK in t.user_attrs)}
 
 
 def _measured_trials(study) -> list:
     import optuna
     return [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-            if CLAIM in t.user_attrs]
+            if t.user_attrs.get(CLAIM) is not None]

@@ -30,7 +30,7 @@ import warnings
 from dataclasses import dataclass, field
 
 OWNER = "tensortune.owner"          # trial user attr: the process that asked the trial
-CLAIM = "tensortune.claim"          # trial user attr: [claim time, owner] once it is to be measured
+CLAIM = "tensortune.claim"          # trial user attr: [claim time, owner] once it is to be measured (None: withdrawn)
 REASK = "tensortune.reask"          # enqueued trial user attr: the number of the expired trial it repeats
 LEASE_PREFIX = "tensortune.lease:"  # study user attr + owner: the owner's lease expiry (seconds since the epoch)
 CLAIM_GRACE_S = 0.1                 # a claim is checked this long after it is written: earlier claims are in by then
@@ -59,7 +59,6 @@ class Tally:
     measured: int = 0                              # COMPLETE trials that were claimed (measured)
     admitted: dict = field(default_factory=dict)   # trial number -> owner: claims within the budget
     taken: set = field(default_factory=set)        # params keys measured, or claimed and admitted
-    owners: dict = field(default_factory=dict)     # owner -> measured trials
 
     def others(self, owner: str) -> int:
         """Admitted claims of processes other than ``owner``."""
@@ -79,7 +78,6 @@ def tally(study, budget: int) -> Tally:
             out.taken.add(params_key(t.params))
             if claim is not None:
                 out.measured += 1
-                out.owners[claim[1]] = out.owners.get(claim[1], 0) + 1
         elif claim is not None:
             claims.append(t)
     for t in sorted(claims, key=lambda t: (t.user_attrs[CLAIM][0], t.number)):
@@ -91,11 +89,29 @@ def tally(study, budget: int) -> Tally:
     return out
 
 
+def measured_by(study, since: float) -> dict:
+    """{owner: trials} of ``study``'s trials measured on claims made at or after ``since`` (epoch seconds)."""
+    import optuna
+    out: dict = {}
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+        when, owner = t.user_attrs.get(CLAIM) or (None, None)
+        if when is not None and when >= since:
+            out[owner] = out.get(owner, 0) + 1
+    return out
+
+
 def claim(trials: list, owner: str) -> None:
     """Mark ``trials`` (this process's ``optuna.Trial`` objects) as about to be measured."""
     now = time.time()
     for trial in trials:
         trial.set_user_attr(CLAIM, [now, owner])
+
+
+def unclaim(trials: list) -> None:
+    """Withdraw the claims on ``trials`` that were not admitted: if this process dies now, their
+    leases run out and nobody asks them again."""
+    for trial in trials:
+        trial.set_user_attr(CLAIM, None)
 
 
 class Leases:
@@ -165,7 +181,7 @@ class Leases:
             now = time.time()
             leases = {k[len(LEASE_PREFIX):]: v for k, v in self.study.user_attrs.items()
                       if k.startswith(LEASE_PREFIX)}
-            failed = []
+            failed, taken = [], None
             for t in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
                 owner = t.user_attrs.get(OWNER)
                 until = leases.get(owner) if owner is not None else None
@@ -178,7 +194,12 @@ class Leases:
                 except (ValueError, UpdateFinishedTrialError):
                     continue            # told meanwhile, by its owner or by another sweeping process
                 failed.append(t.number)
-                if CLAIM in t.user_attrs:
+                if t.user_attrs.get(CLAIM) is None:
+                    continue        # only asked, not being measured: the sampler proposes again anyway
+                if taken is None:
+                    taken = {params_key(d.params) for d in self.study.get_trials(
+                        deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))}
+                if params_key(t.params) not in taken:      # (not measured meanwhile by a duplicate claim)
                     self.study.enqueue_trial(t.params, user_attrs={REASK: t.number})
                     self.reasked.append(t.number)
             self.expired += len(failed)

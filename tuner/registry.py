@@ -77,6 +77,15 @@ def open_studies(storage: str, fingerprint: str, name: str | None = None) -> tup
     return found, other
 
 
+def lookup(storage: str, name: str) -> Registration | None:
+    """The registration of study ``name`` in ``storage`` (None if there is no such registered study)."""
+    import optuna
+    for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
+        if summary.study_name == name:
+            return read(name, summary.user_attrs)
+    return None
+
+
 def is_open(study) -> bool:
     return bool(study.user_attrs.get(OPEN, False))
 

@@ -80,8 +80,8 @@ def open_study(storage: str | None, name: str, sampler):
     that :func:`write_back` updates (else None).  Raises :class:`StorageError` in one line."""
     import optuna
     try:
-        study = optuna.create_study(storage=storage, sampler=sampler, study_name=name,
-                                    direction="maximize", load_if_exists=True)
+        study = retry_schema_race(lambda: optuna.create_study(storage=storage, sampler=sampler, study_name=name,
+                                                              direction="maximize", load_if_exists=True))
     except ImportError:
         raise
     except Exception as err:  # noqa: BLE001 - SQLAlchemy/Optuna errors of a bad URL or unreachable database
@@ -92,6 +92,19 @@ def open_study(storage: str | None, name: str, sampler):
     copy = optuna.create_study(sampler=sampler, study_name=name, direction="maximize")
     copy.add_trials(study.get_trials(deepcopy=False, states=finished_states()))
     return copy, study
+
+
+def retry_schema_race(fn, attempts: int = 5):
+    """``fn()``, tried again when it lost a race with another process creating the same tables or study
+    in a fresh database (an ``IntegrityError``: processes of a shared study often start together)."""
+    import time
+    for attempt in range(attempts):
+        try:
+            return fn()
+        except Exception as err:  # noqa: BLE001 - SQLAlchemy's IntegrityError, without importing SQLAlchemy here
+            if type(err).__name__ != "IntegrityError" or attempt == attempts - 1:
+                raise
+            time.sleep(0.2 * (attempt + 1))
 
 
 def write_back(study, mirror, synced: set):

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 OWNER = "tensortune.owner"          # trial user attr: the process that asked the trial
 CLAIM = "tensortune.claim"          # trial user attr: [claim time, owner] once it is to be measured (None: withdrawn)
 REASK = "tensortune.reask"          # enqueued trial user attr: the number of the expired trial it repeats
+BUDGET_ATTR = "tensortune.budget"   # study user attr: measured trials the study should hold (tuner.registry)
 LEASE_PREFIX = "tensortune.lease:"  # study user attr + owner: the owner's lease expiry (seconds since the epoch)
 CLAIM_GRACE_S = 0.1                 # a claim is checked this long after it is written: earlier claims are in by then
 
@@ -174,32 +175,34 @@ class Leases:
 
     def sweep(self) -> list:
         """Fail the running trials whose owner's lease ran out (and trials asked without an owner that
-        are older than a lease); enqueue again those that were being measured.  Returns their numbers."""
+        are older than a lease); enqueue again those that were being measured (claimed and admitted
+        within the study's budget ``tensortune.budget``).  Returns the failed trials' numbers."""
         import optuna
         from optuna.exceptions import UpdateFinishedTrialError
         with self._sweeping:
             now = time.time()
-            leases = {k[len(LEASE_PREFIX):]: v for k, v in self.study.user_attrs.items()
-                      if k.startswith(LEASE_PREFIX)}
-            failed, taken = [], None
+            attrs = self.study.user_attrs
+            leases = {k[len(LEASE_PREFIX):]: v for k, v in attrs.items() if k.startswith(LEASE_PREFIX)}
+            expired = []
             for t in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
                 owner = t.user_attrs.get(OWNER)
                 until = leases.get(owner) if owner is not None else None
                 if until is None:       # asked by a process that died before marking it, or by another tool
                     until = (t.datetime_start.timestamp() if t.datetime_start else now) + self.lease_s
-                if until > now:
-                    continue
+                if until <= now:
+                    expired.append(t)
+            # the claims' walk as it stands before any of them is failed
+            admitted = tally(self.study, int(attrs.get(BUDGET_ATTR, 0))).admitted \
+                if any(t.user_attrs.get(CLAIM) is not None for t in expired) else {}
+            failed = []
+            for t in expired:
                 try:
                     self.study.tell(t.number, state=optuna.trial.TrialState.FAIL)
                 except (ValueError, UpdateFinishedTrialError):
                     continue            # told meanwhile, by its owner or by another sweeping process
                 failed.append(t.number)
-                if t.user_attrs.get(CLAIM) is None:
-                    continue        # only asked, not being measured: the sampler proposes again anyway
-                if taken is None:
-                    taken = {params_key(d.params) for d in self.study.get_trials(
-                        deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))}
-                if params_key(t.params) not in taken:      # (not measured meanwhile by a duplicate claim)
+                # only a claim the walk admitted was being measured; an ask the sampler makes again anyway
+                if t.number in admitted:
                     self.study.enqueue_trial(t.params, user_attrs={REASK: t.number})
                     self.reasked.append(t.number)
             self.expired += len(failed)

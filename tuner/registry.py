@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .lease import BUDGET_ATTR
 from .study import target_fingerprint
 
 KEY = "tensortune"                  # study user attr: the registration, a dict
-BUDGET = "tensortune.budget"        # study user attr: measured trials the study should hold
+BUDGET = BUDGET_ATTR                # study user attr: measured trials the study should hold
 OPEN = "tensortune.open"            # study user attr: True while the registering run goes on
 VERSION = 1
 

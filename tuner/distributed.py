@@ -133,12 +133,12 @@ class SharedTuner(Tuner):
     def admit(self, picked: list, rest: list) -> tuple:
         """Claim the round's candidates and keep those the claims admit (re-asked candidates first)."""
         study = self.study.raw
-        n = len(picked)
+        t = tally(study, self.goal)
+        slots = min(len(picked), self.goal - t.measured - len(t.admitted))
         reasked = [c for c in picked + rest if c.trial is not None and c.trial.user_attrs.get(REASK) is not None]
         rest = [c for c in rest if c not in reasked]
-        cands = self._pop_waiting() + reasked + [c for c in picked if c not in reasked]
-        t = tally(study, self.goal)
-        slots = min(n, self.goal - t.measured - len(t.admitted))
+        popped = self._pop_waiting(slots - len(reasked))
+        cands = popped + reasked + [c for c in picked if c not in reasked]
         chosen, keys = [], set()
         for c in cands:
             key = params_key(c.trial.params) if c.trial is not None else None
@@ -146,27 +146,33 @@ class SharedTuner(Tuner):
                 continue
             keys.add(key)
             chosen.append(c)
-        if not chosen:
-            if slots > 0 and cands:
-                self._refused_rounds += 1
-                if self._refused_rounds >= STALE_ROUNDS:
-                    self.stop_reason = (f"search space exhausted: {STALE_ROUNDS} rounds of proposals all "
-                                        "measured already by this study's processes")
-            return [], rest + cands
-        self._refused_rounds = 0
-        claim([c.trial for c in chosen], self.leases.owner)
-        time.sleep(CLAIM_GRACE_S)
-        admitted = tally(study, self.goal).admitted
-        keep = [c for c in chosen if c.trial.number in admitted]
-        unclaim([c.trial for c in chosen if c.trial.number not in admitted])
+        keep = []
+        if chosen:
+            self._refused_rounds = 0
+            claim([c.trial for c in chosen], self.leases.owner)
+            time.sleep(CLAIM_GRACE_S)
+            admitted = tally(study, self.goal).admitted
+            keep = [c for c in chosen if c.trial.number in admitted]
+            unclaim([c.trial for c in chosen if c.trial.number not in admitted])
+        elif slots > 0 and cands:
+            self._refused_rounds += 1
+            if self._refused_rounds >= STALE_ROUNDS:
+                self.stop_reason = (f"search space exhausted: {STALE_ROUNDS} rounds of proposals all "
+                                    "measured already by this study's processes")
+        taken = t.taken | {params_key(c.trial.params) for c in keep}
+        for c in popped + reasked:      # enqueued candidates this round could not take: enqueued again
+            if c not in keep and params_key(c.trial.params) not in taken:
+                taken.add(params_key(c.trial.params))
+                again = c.trial.user_attrs.get(REASK)
+                study.enqueue_trial(c.trial.params, user_attrs={REASK: again} if again is not None else None)
         return keep, rest + [c for c in cands if c not in keep]
 
-    def _pop_waiting(self) -> list:
-        """Candidates of the enqueued trials (expired ones asked again, the heuristic start)."""
+    def _pop_waiting(self, limit: int) -> list:
+        """Candidates of up to ``limit`` enqueued trials (expired ones asked again, the heuristic start)."""
         import optuna
         waiting = self.study.raw.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
         out = []
-        for _ in waiting:
+        for _ in waiting[:max(0, limit)]:
             cand = self.candidates.prepare(self.study.ask())
             if cand.error is not None:
                 self.study.tell(cand.trial, state=optuna.trial.TrialState.FAIL)

@@ -65,7 +65,7 @@ def conv_wl(N=1, C=3, H=11, W=9, K=5, R=3, S=3, pad=1):
 
 
 def random_inputs(tensors, seed=0):
-    from tests.fuzz.workloads import make_inputs    # one input generator for the suite and the fuzzer
+    from tests.fuzz.workloads import make_inputs  # one input generator for the suite and the fuzzer
     return make_inputs(tensors, seed)
 
 
@@ -96,6 +96,7 @@ def postgres_url():
     tests that need one; elsewhere they skip, saying why no server could be started."""
     import os
     import tempfile
+
     from tests import pg_server
     url = os.environ.get("TENSORTUNE_TEST_POSTGRES")
     if url:
@@ -118,6 +119,7 @@ def postgres_url():
 def database(postgres_url):
     """The URL of a fresh database of its own on the test server (studies of one workload share a name)."""
     import uuid
+
     import psycopg
     name = f"t_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(postgres_url, autocommit=True) as conn:

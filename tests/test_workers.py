@@ -117,6 +117,7 @@ def test_two_processes_share_the_budget_and_another_target_stays_out(database, t
 
 def test_a_killed_worker_loses_its_trials_to_the_other(database, tmp_path):
     import optuna
+
     from tuner.lease import CLAIM, REASK
     log = tmp_path / "l.jsonl"
     tune = popen(cli("tune", *MATMUL, "--trials", "16", "--storage", database, "--log", str(log), "--workers", "2",
@@ -159,7 +160,8 @@ def test_a_killed_worker_loses_its_trials_to_the_other(database, tmp_path):
 
 def test_a_late_report_of_an_expired_trial_is_ignored_with_a_warning(database):
     import optuna
-    from tuner.lease import CLAIM, REASK, Leases, LeasedStudy, claim
+
+    from tuner.lease import CLAIM, REASK, LeasedStudy, Leases, claim
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(storage=database, study_name="s", direction="maximize")
     study.set_user_attr("tensortune.budget", 1)      # (a claim within the budget is asked again)

@@ -19,11 +19,11 @@ import subprocess
 import sys
 import time
 
+from . import registry
 from .lease import CLAIM, CLAIM_GRACE_S, REASK, LeasedStudy, Leases, claim, measured_by, params_key, tally, unclaim
 from .search import Tuner
 from .state import RunState, decision_key
 from .study import make_sampler, open_study
-from . import registry
 
 STALE_ROUNDS = 12          # rounds in a row with nothing new to measure before a shared space counts as exhausted
 DEFAULT_LEASE_FACTOR = 10   # the lease: this many times the per-candidate timeout (MeasureConfig.timeout_s)

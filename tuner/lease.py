@@ -170,7 +170,7 @@ class Leases:
             self.renew()
             try:
                 self.sweep()
-            except Exception:  # noqa: BLE001 - the tuning loop sweeps too, and reports errors there
+            except Exception:  # noqa: BLE001, S110 - the tuning loop sweeps too, and reports errors there
                 pass
 
     def sweep(self) -> list:

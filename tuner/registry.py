@@ -37,12 +37,13 @@ class Registration:
 
 def register(study, *, spec, target: dict, config, space: str | None, lease_s: float, budget: int) -> None:
     """Record ``study`` as open for workers, with ``budget`` measured trials to reach."""
+    # (three writes: the registration goes last, so that a worker never sees it without the others)
+    study.set_user_attr(BUDGET, int(budget))
+    study.set_user_attr(OPEN, True)
     study.set_user_attr(KEY, {"version": VERSION, "spec": spec.to_json(), "target": dict(target),
                               "fingerprint": target_fingerprint(target), "sampler": config.sampler,
                               "seed": int(config.seed), "cost_model": bool(config.cost_model),
                               "space": space, "lease_s": float(lease_s)})
-    study.set_user_attr(BUDGET, int(budget))
-    study.set_user_attr(OPEN, True)
 
 
 def close(study) -> None:

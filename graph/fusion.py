@@ -9,8 +9,7 @@ output), and the rules allow it:
 
 - a group anchored by a conv or matmul/gemm (OUT_FUSABLE) takes an elementwise or broadcast
   epilogue of the anchor's output shape (bias, ReLU, residual add, Gelu, Clip);
-- elementwise, broadcast and injective nodes chain (an injective op ends the chain's eligibility
-  for nothing: reshape -> transpose -> add is one group);
+- elementwise, broadcast and injective nodes chain (reshape -> transpose -> add is one group);
 - a reduction (Reduce*, Softmax, LayerNormalization, pools) takes its elementwise, broadcast or
   injective producers, and then elementwise/broadcast consumers;
 - OPAQUE ops and unknown kinds are groups of their own; a group never holds two reductions

@@ -88,11 +88,12 @@ def test_run_writes_outputs_keyed_by_onnx_names(files, capsys):
     tmp, path, x, want = files
     out = tmp / "out.npz"
     assert main(["run", path, "--input", f"x={tmp / 'x.npy'}", "--shape", "x=3x16", "--output", str(out),
-                 "--threads", "1"]) == 0
+                 "--threads", "1", "--profile"]) == 0
     got = np.load(out)
     assert list(got.keys()) == ["logits"]
     np.testing.assert_allclose(got["logits"], want(x), rtol=1e-4, atol=1e-4)
-    assert "wrote" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "wrote" in text and "profile: 2 steps" in text and "Gemm+Relu (act)" in text
 
 
 def test_graph_prints_import_and_fused_groups(files, capsys):
@@ -122,10 +123,23 @@ def test_compile_writes_library_header_weights(files, capsys):
      "no input named 'y'"),
     (["run", "{path}", "--shape", "x=3by16", "--input", "x={tmp}/x.npy", "--output", "{tmp}/o.npz"], "--shape"),
     (["graph", "{tmp}/unsupported.onnx"], "Hardmax"),
+    (["graph", "{tmp}"], "is a directory"),
+    (["run", "{path}", "--input", "x={tmp}/x.npy", "--input", "x={tmp}/x.npy", "--output", "{tmp}/o.npz"],
+     "--input x is given twice"),
+    (["run", "{path}", "--shape", "x=3x16", "--input", "x={tmp}/empty.npy", "--output", "{tmp}/o.npz"],
+     "is not a .npy array"),
+    (["run", "{path}", "--shape", "x=3x16", "--input", "x={tmp}/bad.onnx", "--output", "{tmp}/o.npz"],
+     "is not a .npy array"),
+    (["run", "{path}", "--shape", "x=3x16", "--input", "x={tmp}/x64.npy", "--output", "{tmp}/o.npz"],
+     "has dtype float64, expected float32"),
+    (["run", "{path}", "--shape", "x=3x16", "--input", "x={tmp}/x.npy", "--output", "{tmp}/nodir/o.npz"],
+     "does not exist"),
 ])
 def test_bad_input_is_one_line_and_exit_2(files, capsys, argv, match):
     tmp, path, _, _ = files
     (tmp / "bad.onnx").write_bytes(b"\x08garbage that is not a protobuf\xff\xff")
+    (tmp / "empty.npy").write_bytes(b"")
+    np.save(tmp / "x64.npy", np.zeros((3, 16)))
     g = helper.make_graph([helper.make_node("Hardmax", ["x"], ["y"])], "u",
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])

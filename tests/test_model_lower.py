@@ -1,6 +1,7 @@
 """Lowering: every canonical op kind's tensor expression against the op's numpy semantics
 (graph.interpret.run), through the tensorir reference evaluator; fused groups compiled for real."""
 import math
+import re
 
 import numpy as np
 import pytest
@@ -9,7 +10,7 @@ import tests.graph_lower_ops  # noqa: F401  (registers op kinds main does not ha
 from graph.builder import GraphBuilder
 from graph.fusion import fuse
 from graph.interpret import run
-from graph.lower import LoweringError, evaluate_group, lower_group
+from graph.lower import LoweringError, choose_layouts, evaluate_group, lower_group
 from graph.lower.elementwise import erf
 from tensorir import te
 from tensorir.te.evaluate import evaluate
@@ -33,12 +34,14 @@ def graph_of(build, inputs):
 def check_lowered(g, feeds, rtol=1e-5, atol=1e-5):
     """Each fused group evaluated from its workload equals the interpreter, output by output."""
     want = run(g, feeds)
-    env = dict(feeds)
-    for group in fuse(g):
-        env.update(evaluate_group(lower_group(g, group), g, env))
-    for v in g.outputs:
-        assert env[v].dtype == want[v].dtype and env[v].shape == want[v].shape, v
-        np.testing.assert_allclose(env[v].astype(np.float64), want[v].astype(np.float64), rtol=rtol, atol=atol)
+    groups = fuse(g)
+    for layouts in ({}, choose_layouts(g, groups)):
+        env = dict(feeds)
+        for group in groups:
+            env.update(evaluate_group(lower_group(g, group, layouts), g, env))
+        for v in g.outputs:
+            assert env[v].dtype == want[v].dtype and env[v].shape == want[v].shape, v
+            np.testing.assert_allclose(env[v].astype(np.float64), want[v].astype(np.float64), rtol=rtol, atol=atol)
 
 
 def _const(b, a):
@@ -138,8 +141,15 @@ def test_conv(cin, cout, group, k, strides, pads, dil, bias):
 
     def build(b, x):
         bb = _const(b, rand(cout)) if bias else None
-        return b.op("Conv", [x, _const(b, w), bb], strides=strides, pads=pads, dilations=dil, group=group)
-    check_lowered(graph_of(build, {"x": x}), {"x": x}, rtol=1e-4, atol=1e-4)
+        y = b.op("Relu", [b.op("Conv", [x, _const(b, w), bb], strides=strides, pads=pads, dilations=dil, group=group)])
+        # consumers of the conv group's output read it through its layout (NHWC when layouts are chosen)
+        z = b.op("Conv", [y, _const(b, rand(3, cout, 3, 3)), None], pads=(1, 0, 0, 1))
+        pooled = b.op("MaxPool", [y], kernel_shape=(2, 2))
+        return [b.op("Transpose", [y], perm=(0, 2, 3, 1)), b.op("Transpose", [pooled], perm=(0, 1, 3, 2)),
+                b.op("ReduceSum", [z], axes=(1,), keepdims=1)]
+    g = graph_of(build, {"x": x})
+    assert len(choose_layouts(g, fuse(g))) == 3     # both convs and the pool
+    check_lowered(g, {"x": x}, rtol=1e-4, atol=1e-4)
 
 
 def test_batchnorm():
@@ -236,3 +246,51 @@ def test_identical_layers_share_one_workload_key():
     g = b.build([layer(b, layer(b, x, 0), 1)])
     keys = [lower_group(g, grp).key for grp in fuse(g)]
     assert len(keys) == 2 and keys[0] == keys[1]
+
+
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_conv_epilogue_is_tiled_with_the_anchor(with_bias):
+    """Bias, residual add and ReLU read the conv at its own indices, so the generated space computes
+    the conv per tile of the epilogue (as for dense) instead of materializing it."""
+    from logs.apply import heuristic_schedule
+    x = rand(1, 8, 10, 10)
+
+    def build(b, x):
+        y = b.op("Conv", [x, _const(b, rand(8, 8, 3, 3)), _const(b, rand(8)) if with_bias else None],
+                 pads=(1, 1, 1, 1))
+        return b.op("MaxPool", [b.op("Relu", [b.op("Add", [y, x])])], kernel_shape=(2, 2))
+    g = graph_of(build, {"x": x})
+    groups = fuse(g)
+    for layouts in ({}, choose_layouts(g, groups)):
+        lowered = lower_group(g, groups[0], layouts)
+        assert lowered.tensors[-1].shape == ((1, 100, 8) if layouts else (1, 8, 10, 10))
+        text = str(heuristic_schedule(lowered.tensors))
+        assert re.search(r"compute_at\('conv0', 'relu0\.i\d\.0\.1'\)", text), text
+
+
+def test_unsupported_dtype_names_the_node():
+    x = rand(3)
+    g = graph_of(lambda b, x: b.op("Cast", [x], to="float16", name="half"), {"x": x})
+    with pytest.raises(LoweringError, match=r"node half \(Cast\): dtype float16 has no kernel dtype"):
+        lower_group(g, fuse(g)[0])
+
+
+def test_a_graph_output_computed_in_nhwc_is_written_back_row_major():
+    from graph.lower import plan_layouts
+    x = rand(1, 4, 6, 6)
+    g = graph_of(lambda b, x: b.op("Relu", [b.op("Conv", [x, _const(b, rand(5, 4, 3, 3)), None], pads=(1, 1, 1, 1))]),
+                 {"x": x})
+    g2, groups, layouts = plan_layouts(g, fuse(g))
+    assert [grp.ops for grp in groups] == [("Conv", "Relu"), ("Identity",)]
+    assert layouts == {f"{g.outputs[0]}.nhwc": "nhwc"} and g2.outputs == g.outputs
+    env = {"x": x}
+    for grp in groups:
+        env.update(evaluate_group(lower_group(g2, grp, layouts), g2, env))
+    np.testing.assert_allclose(env[g.outputs[0]], run(g, {"x": x})[g.outputs[0]], rtol=1e-4, atol=1e-4)
+
+
+def test_an_attribute_the_kernel_dtype_cannot_hold_is_a_lowering_error():
+    x = np.arange(6, dtype=np.int64).reshape(2, 3)
+    g = graph_of(lambda b, x: b.op("Clip", [x], max=2.5, name="clip"), {"x": x})
+    with pytest.raises(LoweringError, match=r"node clip \(Clip\)"):
+        lower_group(g, fuse(g)[0])

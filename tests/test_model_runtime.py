@@ -147,3 +147,62 @@ def test_runtime_imports_nothing_of_the_compiler():
             "'graph.ops', 'graph.fusion', 'graph.lower')]; print(bad); sys.exit(1 if bad else 0)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_a_logged_schedule_is_used_for_its_group(tmp_path):
+    from logs import TuningLog
+    from logs.record import TuningRecord
+    from schedules import Schedule
+    from graph.fusion import fuse
+    from graph.lower import lower_group
+    from tensorir.target import Target
+    b = GraphBuilder("logged")
+    x = b.input("x", (8, 16))
+    g = b.build([b.op("Relu", [b.op("MatMul", [x, c(b, 16, 12)])])])
+    lowered = lower_group(g, fuse(g)[0])
+    s = Schedule(lowered.tensors).split("relu0.i1", factor=4)
+    TuningLog(tmp_path / "t.jsonl").append(TuningRecord(
+        workload_key=lowered.key, workload_name="group", workload_params={}, target=Target.host(1).record(),
+        trace=s.to_json(), costs=[1e-5], flops=2 * 8 * 16 * 12))
+    model = compile_model(g, log=str(tmp_path / "t.jsonl"), threads=1)
+    assert model.info["schedules"] == {"exact": 1}
+    xs = RNG.standard_normal((8, 16)).astype("float32")
+    np.testing.assert_allclose(model(xs)[g.outputs[0]], run(g, {"x": xs})[g.outputs[0]], rtol=1e-5, atol=1e-5)
+    assert compile_model(g, threads=1).info["schedules"] == {"heuristic": 1}
+
+
+def test_models_sharing_kernels_keep_their_own_thread_counts():
+    b = GraphBuilder("shared")
+    x = b.input("x", (16, 64))
+    g = b.build([b.op("Relu", [b.op("MatMul", [x, c(b, 64, 64)])])])
+    one, two = compile_model(g, threads=1), compile_model(g, threads=2)
+    assert one.steps[0].kernel is two.steps[0].kernel      # the compiler's kernel cache
+    xs = RNG.standard_normal((16, 64)).astype("float32")
+    two.run({"x": xs})
+    one.run({"x": xs})
+    assert (one.threads, two.threads) == (1, 2)
+    with pytest.raises(ValueError, match="threads must be a positive int"):
+        one.threads = 0
+
+
+def test_profile_lists_every_step_in_plan_order():
+    g = resnet_block()
+    model = compile_model(g, threads=1)
+    x = RNG.standard_normal(g.types["x"].shape).astype("float32")
+    prof = model.profile({"x": x}, min_seconds=0.001)
+    assert [p["step"] for p in prof] == list(range(len(model.steps)))
+    assert [p["label"] for p in prof] == [s.label for s in model.steps]
+    assert all(p["seconds"] > 0 for p in prof)
+    np.testing.assert_allclose(model.run({"x": x})[g.outputs[0]], run(g, {"x": x})[g.outputs[0]], rtol=1e-4, atol=1e-4)
+
+
+def test_compiling_inside_an_apply_best_scope_reports_to_the_scope(tmp_path):
+    from logs import TuningFallbackWarning, apply_best
+    b = GraphBuilder("scoped")
+    x = b.input("x", (4, 8))
+    y = b.op("Relu", [b.op("MatMul", [x, c(b, 8, 8)])])
+    g = b.build([b.op("Relu", [b.op("MatMul", [y, c(b, 8, 8)])])])
+    with pytest.warns(TuningFallbackWarning):
+        with apply_best(str(tmp_path / "empty.jsonl")) as scope:
+            model = compile_model(g, threads=1)
+    assert model.info["distinct_kernels"] == 1 and scope.builds == 1 and len(scope.fallbacks) == 1

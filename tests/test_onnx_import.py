@@ -8,9 +8,7 @@ from onnx import TensorProto, helper, numpy_helper
 from graph.interpret import run
 from graph.onnx_import import OnnxImportError, load_onnx, supported_ops
 from tests import onnx_models
-from tests.onnx_norm_stub import ensure_normalization_ops
 
-ensure_normalization_ops()
 LATEST = onnx.defs.onnx_opset_version()
 
 
@@ -160,7 +158,7 @@ def test_symbolic_dimensions_pinned_by_shapes():
     model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
     model.graph.output[0].type.tensor_type.shape.dim[0].dim_param = "batch"
     with pytest.raises(OnnxImportError, match=r"input input \[batch,8\] has the symbolic dimension 0 \(batch\): "
-                                              r"pin it \(shapes=\{'input': \(...\)\}\)"):
+                                              r"pin it \(shapes=\{'input': \(...\)\}; on the command line --shape input=DIMS\)"):
         load_onnx(model)
     for pin in ((5, 8), "5x8"):
         graph = load_onnx(model, shapes={"input": pin})

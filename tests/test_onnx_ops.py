@@ -9,11 +9,9 @@ from onnx.reference import ReferenceEvaluator
 
 from graph.interpret import run
 from graph.onnx_import import load_onnx
-from tests.onnx_norm_stub import ensure_normalization_ops
 
 LATEST = onnx.defs.onnx_opset_version()
 RNG = np.random.default_rng(0)
-ensure_normalization_ops()
 
 
 def rand(*shape, low=-2.0, high=2.0, dtype="float32"):

@@ -4,8 +4,8 @@ import re
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
-import tests.graph_test_ops  # noqa: F401  (Reshape, Transpose, ReduceMean, Cast, Expand if not registered)
 from graph.builder import GraphBuilder
 from graph.interpret import run
 from graph.pattern import Constant, Op, Wildcard, explain, match_all
@@ -54,6 +54,7 @@ def test_conv_batchnorm_folds_into_one_conv_with_bias(bias, group):
                               attrs={"strides": (2, 2), "group": group}))
     assert len(fused) == 1 and out.op_counts() == {"Conv": 1, "Relu": 1}
     assert set(out.constants) == set(fused[0].root_node.inputs[1:])          # the old weights are gone
+    assert fused[0].root == "bn" and fused[0].root_node.name == "conv"      # names survive the rewrite
     _same_numbers(g, out)
     assert fold_batchnorm(out) is out
 
@@ -97,6 +98,10 @@ def test_batchnorm_is_not_folded_into_a_producer_with_another_reader():
     g = b.build([b.op("Add", [y, b.op("Relu", [conv], name="side")])])
     assert fold_batchnorm(g) is g
     assert "found conv also used by node side" in explain(g, CONV_BN, at="bn")
+    lines = []
+    run_passes(g, passes=["fold_batchnorm"], verbose=True, log=lines.append)
+    assert ("    near miss at bn: Op('BatchNormalization').args[0]: expected Conv at node conv used only inside "
+            "the match, found conv also used by node side") in "\n".join(lines).splitlines()
     mm = GraphBuilder()
     x = mm.input("x", (2, 3, 4))                 # 3-d: the BN channel is not the weight's column
     y = mm.op("MatMul", [x, mm.constant("w", _rand(4, 4))])
@@ -163,6 +168,7 @@ def _gelu_tanh_graph(cube="pow", power=3.0):
 @pytest.mark.parametrize("cube", ["pow", "mul"])
 def test_tanh_gelu_is_recognized(cube):
     g = _gelu_tanh_graph(cube)
+    assert len(match_all(g, GELU_TANH)) == 1 and match_all(g, GELU_ERF) == []
     out = recognize(g)
     assert out.op_counts() == {"Tanh": 1, "Gelu": 1}
     assert len(match_all(out, Op("Gelu", attrs={"approximate": "tanh"}))) == 1
@@ -342,12 +348,15 @@ def test_pipeline_folds_simplifies_and_folds_batchnorm_printing_after_each_pass(
     _same_numbers(g, out)
     text = "\n".join(lines)
     assert "// after fold_constants\n" in text and "// after recognize (unchanged)" in text
-    assert "pass fold_batchnorm: 3 -> 2 nodes" in text and "pass recognize: unchanged" in text
+    assert "pass fold_batchnorm: 3 -> 2 nodes, 5 -> 2 constants" in text and "pass recognize: unchanged" in text
     assert re.search(r"conv-batchnorm +attempts +\d+ +matches +1 +rewrites +1", text)
     assert re.search(r"identity +attempts +\d+ +matches +1 +rewrites +1", text)
     seen = []
     run_passes(g, passes=["dce", CSE], print_after=lambda name, graph: seen.append((name, len(graph.nodes))))
     assert [s[0] for s in seen] == ["dce", "cse"]
+    traced = []
+    run_passes(g, trace=lambda name, graph: traced.append(name))
+    assert traced == [p.name for p in PIPELINE]
     only = []
     run_passes(g, print_after=("simplify",), log=only.append)
     assert len(only) == 1 and only[0].startswith("// after simplify")
@@ -378,11 +387,10 @@ def test_pipeline_recognizes_a_bert_style_block():
 
 # ------------------------------------------------------------------ property: the pipeline keeps the numbers
 
-from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
-
 UNARY_KINDS = ("Relu", "Tanh", "Sigmoid", "Neg", "Abs", "Identity", "Erf", "Gelu")
 STEPS = ("unary", "binary-const", "binary", "matmul", "reshape", "transpose", "batchnorm", "const-expr",
-         "duplicate", "linear-batchnorm", "gelu", "layernorm")
+         "duplicate", "linear-batchnorm", "gelu", "layernorm", "clip", "softmax", "reduce", "concat", "slice",
+         "cast", "where")
 
 
 @st.composite
@@ -444,11 +452,28 @@ def random_graphs(draw):
             var = b.op("ReduceMean", [b.op("Mul", [d, d])], axes=axes, keepdims=1)
             normed = b.op("Div", [d, b.op("Sqrt", [b.op("Add", [var, const((), "one")])])])
             out = b.op("Add", [b.op("Mul", [normed, const(t[-1:], "random")]), const(t[-1:])])
+        elif step == "clip":
+            out = b.op("Clip", [v], min=-0.5, max=draw(st.sampled_from([0.5, float("inf")])))
+        elif step == "softmax":
+            out = b.op("Softmax", [v], axis=len(t) - 1)
+        elif step == "reduce" and len(t) >= 2:
+            out = b.op(draw(st.sampled_from(["ReduceSum", "ReduceMean", "ReduceMax"])), [v], axes=(len(t) - 1,),
+                       keepdims=draw(st.sampled_from([0, 1])))
+        elif step == "concat":
+            same = [w for w in values if b.types[w].shape == t]
+            out = b.op("Concat", [v, draw(st.sampled_from(same)), const(t, "random")], axis=0)
+        elif step == "slice" and t[0] > 1:
+            out = b.op("Slice", [v], starts=(1,), ends=(t[0],), axes=(0,), steps=(1,))
+        elif step == "cast":
+            out = b.op("Cast", [v], to="float32")
+        elif step == "where":
+            cond = b.op("Greater", [v, const((), "zero")])
+            out = b.op("Where", [cond, v, const(t[-1:])])
         elif step == "const-expr":
             c = b.op("Mul", [const(t[-1:], "random"), const((), "two")])
             out = b.op("Add", [v, b.op("Relu", [c])])
         elif step == "duplicate" and b.nodes:
-            node = draw(st.sampled_from(b.nodes))
+            node = draw(st.sampled_from([n for n in b.nodes if b.types[n.outputs[0]].dtype == F32]))
             out = b.op(node.op, list(node.inputs), **node.attr_dict)
         else:
             continue
@@ -465,4 +490,30 @@ def random_graphs(draw):
 def test_the_pipeline_never_changes_a_random_graphs_numbers(g):
     out = run_passes(g)
     assert out.inputs == g.inputs and out.outputs == g.outputs
+    _same_numbers(g, out, rtol=1e-4, atol=1e-5)
+
+
+# ------------------------------------------------------------------ imported models
+
+def test_imported_resnet_has_every_batchnorm_folded_and_keeps_its_numbers():
+    from graph.onnx_import import load_onnx
+    from tests.onnx_models import resnet18
+    g = load_onnx(resnet18(size=32, classes=10))
+    assert len(match_all(g, CONV_BN)) == g.op_counts()["BatchNormalization"] == 20
+    out = run_passes(g)
+    assert match_all(out, CONV_BN) == [] and "BatchNormalization" not in out.op_counts()
+    assert len(match_all(out, Op("Conv", args=[Wildcard(), Constant(), Constant()]))) == 20
+    assert out.inputs == g.inputs and out.outputs == g.outputs
+    _same_numbers(g, out, rtol=1e-4, atol=1e-5)
+
+
+def test_imported_bert_layer_has_its_layernorms_and_gelu_recognized():
+    from graph.onnx_import import load_onnx
+    from tests.onnx_models import bert_layer
+    g = load_onnx(bert_layer(seq=8, hidden=32, heads=4))
+    assert len(match_all(g, GELU_ERF)) == 1 and len(match_all(g, LAYERNORM)) >= 2
+    out = run_passes(g)
+    counts = out.op_counts()
+    assert counts["LayerNormalization"] == 2 and counts["Gelu"] == 1
+    assert not {"Erf", "Pow", "Sqrt", "ReduceMean", "Sub"} & set(counts)
     _same_numbers(g, out, rtol=1e-4, atol=1e-5)

@@ -250,10 +250,16 @@ def test_priorities_decide_which_rule_fires_and_callbacks_may_decline():
         return r.replace_with(r.op("Relu", [m["x"]]))
     to_relu_rule = Rule("to-relu", Op("Mul", args=[Wildcard().bind("x"), Constant()]), to_relu, priority=5)
     assert rewrite(g, [to_x, to_relu_rule]).op_counts() == {"Relu": 1}
-    declines = Rule("declines", Op("Mul"), lambda gr, m: None, priority=9)
+    declines = ("declines", Op("Mul"), lambda gr, m: None, 9)          # a plain tuple works as a rule
     rw = Rewriter([to_x, declines])
     assert rw.run(g).op_counts() == {"Identity": 1}
     assert rw.stats["declines"].matches == 1 and rw.stats["declines"].rewrites == 0
+    rw = Rewriter([declines, Rule("mul-of-relu", Op("Mul", args=[Op("Relu"), Constant()]), to_relu)],
+                  near_misses=True)
+    assert rw.run(g) is g
+    assert list(rw.misses["declines"]) == ["at mul: matched, the rule declined"]
+    assert list(rw.misses["mul-of-relu"]) == []        # failed at the first node: not a near miss
+    assert "    near miss at mul: matched, the rule declined" in rw.format_stats().splitlines()
 
 
 def test_a_replacement_of_another_type_is_refused_naming_the_rule():

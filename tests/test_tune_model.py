@@ -26,7 +26,7 @@ def test_tune_model_spends_the_budget_checks_outputs_and_resumes(small_mlp, tmp_
     out = _json(capsys)
     tuned = [t for t in out["tasks"] if t["state"] != "heuristic"]
     assert out["trials"] == 8 == sum(t["trials"] for t in out["tasks"])
-    assert len(tuned) == 2 and all(t["trials"] >= 4 for t in tuned)     # warm-up: a round each
+    assert len(tuned) == 2 and all(t["trials"] >= 2 for t in tuned)     # warm-up: a round each (half the budget)
     assert [t["state"] for t in out["tasks"]].count("heuristic") == 1    # the 128->8 Gemm: too small to tune
     assert out["outputs_match_untuned"] and out["latency_s"] > 0 and out["onnxruntime_latency_s"] > 0
     assert out["estimated_latency_s"] > 0

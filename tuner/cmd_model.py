@@ -30,6 +30,7 @@ def add_parser(sub) -> None:
     r.add_argument("--output", required=True, metavar="OUT.npz")
     r.add_argument("--log", action="append", help="tuning log searched first (repeatable)")
     r.add_argument("--threads", type=int, help="kernel threads (default: all cores)")
+    r.add_argument("--profile", action="store_true", help="also print the time of each fused group (slowest first)")
     g = sub.add_parser("graph", help="print an ONNX model's graph, passes and fused groups",
                        description="Print the graph after import (and after each pass with --passes), then "
                        "the fused groups with their workloads.")
@@ -92,12 +93,14 @@ def read_inputs(items) -> dict:
         name, sep, path = item.partition("=")
         if not sep or not name or not path:
             raise CLIError(f"--input {item!r}: expected NAME=FILE.npy")
+        if name in feeds:
+            raise CLIError(f"--input {name} is given twice")
         try:
             feeds[name] = np.load(path, allow_pickle=False)
         except FileNotFoundError:
             raise CLIError(f"--input {name}: file {path} not found") from None
-        except (OSError, ValueError) as err:
-            raise CLIError(f"--input {name}: {path} is not a .npy array ({_line(err)})") from None
+        except Exception as err:  # noqa: BLE001 - whatever np.load makes of a file that is not .npy (EOFError...)
+            raise CLIError(f"--input {name}: {path} is not a .npy array ({_line(err) or type(err).__name__})") from None
         if not isinstance(feeds[name], np.ndarray):
             raise CLIError(f"--input {name}: {path} holds several arrays (.npz); give one .npy per input")
     return feeds
@@ -139,7 +142,22 @@ def cmd_run(args) -> int:
           f"kernels ({', '.join(f'{n} {m}' for m, n in info['schedules'].items())}); compiled in {t1 - t0:.1f} s, "
           f"ran in {(t2 - t1) * 1e3:.1f} ms", file=sys.stderr)
     print(f"wrote {out}: {', '.join(f'{k} {v.dtype}{list(v.shape)}' for k, v in outputs.items())}")
+    if args.profile:
+        print(profile_text(model, feeds))
     return 0
+
+
+def profile_text(model, feeds, top: int = 15) -> str:
+    """The slowest steps of ``model`` on ``feeds``: ms per call, share, the group's ops."""
+    groups = {g.name: g for g in model.info["plan"].groups} if "plan" in model.info else {}
+    prof = sorted(model.profile(feeds), key=lambda p: -p["seconds"])
+    total = sum(p["seconds"] for p in prof) or 1.0
+    lines = [f"profile: {len(prof)} steps, {total * 1e3:.2f} ms in kernels"]
+    for p in prof[:top]:
+        g = groups.get(p["label"])
+        what = "+".join(g.ops) if g is not None else p["label"]
+        lines.append(f"  {p['seconds'] * 1e3:9.3f} ms {p['seconds'] / total:6.1%}  step {p['step']:<3} {what} ({p['label']})")
+    return "\n".join(lines)
 
 
 def workload_text(lowered) -> str:

@@ -28,11 +28,13 @@ def load(path, shapes: dict | None = None) -> Graph:
         path = os.fspath(path)
         if not os.path.exists(path):
             raise GraphError(f"model file {path!r} does not exist")
+        if os.path.isdir(path):
+            raise GraphError(f"model file {path!r} is a directory, not an ONNX file")
     return load_onnx(path, shapes)
 
 
 def compile_model(graph_or_path, log=None, threads: int | None = None, shapes: dict | None = None,
-                  passes: bool = True) -> CompiledModel:
+                  passes: bool = True, layouts: bool = True) -> CompiledModel:
     """A callable :class:`~graph.runtime.CompiledModel` from a Graph or an ONNX path.
 
     Parameters
@@ -47,6 +49,8 @@ def compile_model(graph_or_path, log=None, threads: int | None = None, shapes: d
         Pins symbolic input dimensions when loading a model file.
     passes : bool
         Run the graph pass pipeline (``graph.passes``) before fusion.
+    layouts : bool
+        Compute conv outputs channels-innermost (faster kernels; see ``graph.lower.layout``).
     """
     graph = graph_or_path if isinstance(graph_or_path, Graph) else load(graph_or_path, shapes)
-    return compile_graph(graph, log=log, threads=threads, passes=passes)
+    return compile_graph(graph, log=log, threads=threads, passes=passes, layouts=layouts)

@@ -2,7 +2,8 @@
 
 A model is many kernels (tasks), each occurring ``weight`` times. The objective is the
 estimated model latency, ``sum(weight_i * best_latency_i)``. After one warm-up round per task
-(tasks that the log already tuned skip it), each round goes to the task whose next round is
+(tasks that the log already tuned skip it; warm-up rounds spend at most half the budget), each
+round goes to the task whose next round is
 expected to lower the objective most: the gradient of Ansor (Zheng et al., OSDI 2020, section 6)
 
     grad_i = weight_i * (alpha * backward_i + (1 - alpha) * forward_i)
@@ -54,6 +55,7 @@ class SchedulerConfig:
     beta: float = 2.0              # similar tasks bound the forward estimate within this factor
     window: int = 3                # rounds the backward gradient looks back over
     max_round_trials: int = 64     # a round measures min(this, trials // tasks) trials
+    warmup_share: float = 0.5      # warm-up spends at most this share (docs/decisions/025-task-scheduler-gradient-half-budget-warmup.md)
     stall_rounds: int = 3          # rounds without a 1% gain after which a task gets no more
     timeout_s: float | None = None  # no new round after this many seconds
 
@@ -120,6 +122,10 @@ class TaskScheduler:
         self.make_tuner = make_tuner or self._default_tuner
         self.states = [TaskState(t) for t in tasks]
         self.round_trials = max(1, min(self.config.max_round_trials, self.config.trials // len(tasks)))
+        # warm-up rounds of the full size would spend the whole budget whenever it is under
+        # tasks x round size, leaving nothing for the gradient to place
+        self.warmup_trials = max(1, min(self.round_trials,
+                                        int(self.config.trials * self.config.warmup_share) // len(tasks)))
         self.trials = 0
         self.started = None
         self.history: list = []
@@ -152,7 +158,8 @@ class TaskScheduler:
         st = self.states[index]
         t0 = time.perf_counter()
         tuner = self._tuner(st)
-        want = min(self.round_trials, self.config.trials - self.trials)
+        size = self.round_trials if st.history else self.warmup_trials
+        want = min(size, self.config.trials - self.trials)
         before = tuner.state.measured
         tuner.config.trials = before + want     # the tuner's batches stop at the round's end
         try:

@@ -161,17 +161,18 @@ def _binary(ctx, node, ins, outs):
         fn = _trunc_div if integer else (lambda x, y: x / y)
     elif node.op == "Pow":
         const_exp = ctx.scalar_constant(node.inputs[1])
-        return [ctx.emit(shape, outs[0].dtype, lambda *i: _pow(node, a.at(i), b.at(i), const_exp), "pow")]
+        return [ctx.emit(shape, outs[0].dtype, lambda *i: _pow(node, a.at(i, shape), b.at(i, shape), const_exp), "pow")]
     else:
         fn = _BINARY[node.op]
-    return [ctx.emit(shape, outs[0].dtype, lambda *i: fn(a.at(i), b.at(i)), node.op.lower())]
+    return [ctx.emit(shape, outs[0].dtype, lambda *i: fn(a.at(i, shape), b.at(i, shape)), node.op.lower())]
 
 
 @lowering("Where")
 def _where(ctx, node, ins, outs):
     c, x, y = ins
-    return [ctx.emit(outs[0].shape, outs[0].dtype,
-                     lambda *i: te.if_then_else(c.at(i), x.at(i), y.at(i)), "where")]
+    shape = outs[0].shape
+    return [ctx.emit(shape, outs[0].dtype,
+                     lambda *i: te.if_then_else(c.at(i, shape), x.at(i, shape), y.at(i, shape)), "where")]
 
 
 @lowering("BatchNormalization")

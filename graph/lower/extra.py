@@ -149,7 +149,8 @@ def _sign(ctx, node, ins, outs):
 def _minmax(ctx, node, ins, outs):
     a, b = ins
     fn = te.max if node.op == "Max" else te.min
-    return [ctx.emit(outs[0].shape, outs[0].dtype, lambda *i: fn(a.at(i), b.at(i)), node.op.lower())]
+    shape = outs[0].shape
+    return [ctx.emit(shape, outs[0].dtype, lambda *i: fn(a.at(i, shape), b.at(i, shape)), node.op.lower())]
 
 
 @lowering("PRelu")
@@ -159,7 +160,7 @@ def _prelu(ctx, node, ins, outs):
 
     def f(*i):
         e = x(*i)
-        return te.if_then_else(e < 0.0, slope.at(i) * e, e)
+        return te.if_then_else(e < 0.0, slope.at(i, outs[0].shape) * e, e)
     return [ctx.emit(outs[0].shape, outs[0].dtype, f, "prelu")]
 
 
@@ -177,7 +178,8 @@ _LOGIC = {"LessOrEqual": lambda a, b: a <= b, "GreaterOrEqual": lambda a, b: a >
 def _logic(ctx, node, ins, outs):
     a, b = ins
     fn = _LOGIC[node.op]
-    return [ctx.emit(outs[0].shape, "bool", lambda *i: fn(a.at(i), b.at(i)), node.op.lower())]
+    shape = outs[0].shape
+    return [ctx.emit(shape, "bool", lambda *i: fn(a.at(i, shape), b.at(i, shape)), node.op.lower())]
 
 
 @lowering("Mod")
@@ -189,7 +191,7 @@ def _mod(ctx, node, ins, outs):
     truncated = bool(node.attr("fmod", 0))
 
     def f(*i):
-        x, y = a.at(i), b.at(i)
+        x, y = a.at(i, outs[0].shape), b.at(i, outs[0].shape)
         r = x % y                              # te's % takes the divisor's sign
         if not truncated:
             return r

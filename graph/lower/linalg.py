@@ -25,8 +25,9 @@ def _matmul(ctx, node, ins, outs):
         idx = list(idx)
         j = idx.pop() if b.rank > 1 else None
         i = idx.pop() if a.rank > 1 else None
-        a_idx = broadcast_index(idx, a.shape[:-2]) + ([i] if i is not None else []) + [k]
-        b_idx = broadcast_index(idx, b.shape[:-2]) + [k] + ([j] if j is not None else [])
+        batch = outs[0].shape[:len(idx)]
+        a_idx = broadcast_index(idx, a.shape[:-2], batch) + ([i] if i is not None else []) + [k]
+        b_idx = broadcast_index(idx, b.shape[:-2], batch) + [k] + ([j] if j is not None else [])
         return te.sum(a(*a_idx) * b(*b_idx), axis=k)
     return [ctx.emit(outs[0].shape, outs[0].dtype, f, "matmul")]
 
@@ -48,7 +49,7 @@ def _gemm(ctx, node, ins, outs):
 
     def epilogue(i, j):
         y = prod(i, j) if alpha == 1.0 else prod(i, j) * alpha
-        cc = c.at((i, j))
+        cc = c.at((i, j), shape)
         return y + (cc if beta == 1.0 else cc * beta)
     return [ctx.emit(shape, dtype, epilogue, "bias")]
 

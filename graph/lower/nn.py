@@ -173,6 +173,6 @@ def _layer_norm(ctx, node, ins, outs):
     rstd = ctx.emit(rows, dtype, lambda *i: lit(1, dtype) / te.sqrt(var(*i) + eps), "rstd")
 
     def y(*i):
-        out = (x(*i) - mean(*row(i))) * rstd(*row(i)) * scale.at(i)
-        return out + bias.at(i) if bias is not None else out
+        out = (x(*i) - mean(*row(i))) * rstd(*row(i)) * scale.at(i, shape)
+        return out + bias.at(i, shape) if bias is not None else out
     return [ctx.emit(shape, dtype, y, "layernorm")]

@@ -72,7 +72,8 @@ def _reshape(ctx, node, ins, outs):
 @lowering("Expand")
 def _expand(ctx, node, ins, outs):
     x = ins[0]
-    return [ctx.emit(outs[0].shape, outs[0].dtype, lambda *i: x.at(i), "expand")]
+    shape = outs[0].shape
+    return [ctx.emit(shape, outs[0].dtype, lambda *i: x.at(i, shape), "expand")]
 
 
 @lowering("Concat")

@@ -101,11 +101,12 @@ def input_shape(value: onnx.ValueInfoProto, pinned) -> tuple | str:
             return f"input {value.name}: pinned shape {list(pinned)} must be non-negative ints"
         return pinned
     if dims is None:
-        return f"input {value.name} has no shape: pin it (shapes={{{value.name!r}: (...)}})"
+        return (f"input {value.name} has no shape: pin it (shapes={{{value.name!r}: (...)}}; on the command line "
+                f"--shape {value.name}=DIMS)")
     free = [f"dimension {i} ({labels[i]})" for i, d in enumerate(dims) if d is None]
     if free:
         return (f"input {value.name} [{','.join(labels)}] has the symbolic {', '.join(free)}: pin it "
-                f"(shapes={{{value.name!r}: (...)}})")
+                f"(shapes={{{value.name!r}: (...)}}; on the command line --shape {value.name}=DIMS)")
     return tuple(dims)
 
 

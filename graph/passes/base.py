@@ -31,9 +31,10 @@ class RulePass:
     once: bool = False
     reverse: bool = False
 
-    def run(self, graph: Graph) -> tuple:
-        """(the rewritten graph, the :class:`~graph.pattern.Rewriter` with its per-rule counts)."""
-        rewriter = Rewriter(self.rules, reverse=self.reverse)
+    def run(self, graph: Graph, near_misses: bool = False) -> tuple:
+        """(the rewritten graph, the :class:`~graph.pattern.Rewriter` with its per-rule counts and,
+        with ``near_misses``, why each rule did not fire where it got furthest)."""
+        rewriter = Rewriter(self.rules, reverse=self.reverse, near_misses=near_misses)
         return rewriter.run(graph, once=self.once), rewriter
 
     def __call__(self, graph: Graph) -> Graph:

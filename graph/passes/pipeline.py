@@ -34,30 +34,36 @@ def get_pass(name: str):
 
 
 def run_passes(graph: Graph, passes=None, print_after: bool | Callable | tuple = False, verbose: bool = False,
-               log: Callable = print) -> Graph:
+               log: Callable = print, trace: Callable | None = None) -> Graph:
     """Run ``passes`` (default :data:`PIPELINE`; pass objects or names) on ``graph`` in order.
 
     Parameters
     ----------
     print_after : True to log the graph after every pass, a collection of pass names to log
         after those only, or a callable ``print_after(pass_name, graph)`` called after each.
-    verbose : log a line per pass (node counts before and after) and, for rule passes, the
-        per-rule attempts, matches and rewrites.
+    verbose : log a line per pass (node and constant counts before and after) and, for rule
+        passes, the per-rule attempts, matches and rewrites with the near misses (where a rule
+        got furthest without firing, and why).
     log : where text goes (default ``print``).
+    trace : a callable ``trace(pass_name, graph)`` called after each pass (besides ``print_after``).
     """
     for p in (PIPELINE if passes is None else passes):
         p = get_pass(p) if isinstance(p, str) else p
         before = graph
         rewriter = None
         if isinstance(p, RulePass):
-            graph, rewriter = p.run(graph)
+            graph, rewriter = p.run(graph, near_misses=verbose)
         else:
             graph = p(graph)
         if verbose:
-            state = "unchanged" if graph is before else f"{len(before.nodes)} -> {len(graph.nodes)} nodes"
+            state = "unchanged" if graph is before else (
+                f"{len(before.nodes)} -> {len(graph.nodes)} nodes, "
+                f"{len(before.constants)} -> {len(graph.constants)} constants")
             log(f"pass {p.name}: {state}")
             if rewriter is not None:
                 log(rewriter.format_stats())
+        if trace is not None:
+            trace(p.name, graph)
         if callable(print_after):
             print_after(p.name, graph)
         elif print_after is True or (print_after and p.name in print_after):

@@ -1,8 +1,12 @@
 """The pattern matcher: declarative patterns over the graph IR, matching, explaining, rewriting.
 
-- ``patterns``: ``Wildcard``, ``Op``, ``Constant``, ``Optional``, ``p | q``, ``bind`` / ``.bind``;
-- ``match``: ``match(graph, pattern, at)``, ``match_all(graph, pattern)``, ``explain(...)``;
-- ``rewrite``: ``Rule`` tables applied by a ``Rewriter`` (fixpoint or once, priorities, counts).
+- ``patterns``: ``Wildcard``, ``Op`` (attrs, ``where``, ``single_use``, commutative Add/Mul,
+  ``output``), ``Constant`` (by value with a tolerance, ``scalar``, ``where``), ``Optional``,
+  ``p | q``, ``bind`` / ``.bind``;
+- ``match``: ``match(graph, pattern, at)``, ``match_all(graph, pattern)``, ``explain(...)`` (which
+  sub-pattern failed at which node and what it found);
+- ``rewrite``: ``Rule`` tables applied by a ``Rewriter`` (fixpoint or once, priorities, per-rule
+  counts, near misses); callbacks build replacements with an ``Emitter``.
 """
 from graph.pattern.patterns import (  # noqa: F401
     COMMUTATIVE, Bind, Constant, OneOf, Op, Optional, Tracer, ValuePattern, Wildcard, bind)

@@ -121,8 +121,7 @@ def explain(graph: Graph, pattern: ValuePattern, at, detail: bool = False) -> st
         binds = ", ".join(f"{k}={v}" for k, v in sorted(m.values.items()))
         return f"matched at {value}: nodes {', '.join(n.name for n in m.nodes)}" + \
             (f"; binds {binds}" if binds else "")
-    path, expected, found = tracer.deepest()
-    text = f"no match at {value}: {path}: expected {expected}, found {found}"
+    text = f"no match at {value}: {tracer.reason()}"
     if detail:
         ranked = sorted(tracer.failures, key=lambda f: (-f[0], -f[1]))
         text += "".join(f"\n  {p}: expected {e}, found {f}" for _, _, p, e, f in ranked)

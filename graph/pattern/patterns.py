@@ -23,7 +23,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from graph.ir import Graph, Node
-from graph.ops.registry import REQUIRED, all_ops
+from graph.ops.registry import REQUIRED, UnknownOpError, get_op
 
 # Ops whose two operands may be swapped (both orders are tried).
 COMMUTATIVE = frozenset({"Add", "Mul"})
@@ -60,6 +60,15 @@ class Tracer:
             return None
         best = max(self.failures, key=lambda f: (f[0], f[1]))
         return best[2:]
+
+    def progress(self) -> int:
+        """How many nodes the furthest failed attempt had matched (0 when nothing was recorded)."""
+        return max((f[0] for f in self.failures), default=0)
+
+    def reason(self) -> str:
+        """The deepest failure as ``path: expected ..., found ...``."""
+        path, expected, found = self.deepest()
+        return f"{path}: expected {expected}, found {found}"
 
 
 def _depth(path: str) -> int:
@@ -215,9 +224,7 @@ class Op(ValuePattern):
         for key, want in self.attrs.items():
             have = node.attr(key)
             if have is None:
-                op = all_ops().get(node.op)
-                have = op.attrs.get(key) if op is not None else None
-                have = None if have is REQUIRED else have
+                have = _default_attr(node.op, key)
             ok = want(have) if callable(want) else _attr_equal(have, want)
             if not ok:
                 shown = "a predicate" if callable(want) else repr(want)
@@ -246,6 +253,15 @@ class Op(ValuePattern):
         for order, note in orders:
             yield from _match_args(graph, list(self.args), [inputs[i] for i in order],
                                    list(range(len(self.args))), state, path, note, tracer)
+
+
+def _default_attr(kind: str, key: str):
+    """The op's default for attribute ``key`` (None for an unknown op, attribute or a required one)."""
+    try:
+        default = get_op(kind).attrs.get(key)
+    except UnknownOpError:
+        return None
+    return None if default is REQUIRED else default
 
 
 def _match_args(graph, patterns, values, indices, state, path, note, tracer):

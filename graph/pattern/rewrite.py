@@ -30,9 +30,12 @@ from typing import Callable, Mapping
 import numpy as np
 
 from graph.ir import Graph, GraphError, Node, TensorType, topological_order
-from graph.ops.registry import get_op, infer_types
+from graph.ops.registry import infer_types
 from graph.pattern.match import Match, match
-from graph.pattern.patterns import ValuePattern
+from graph.pattern.patterns import Tracer, ValuePattern
+
+# A failed match that got this many nodes into the pattern is a near miss worth reporting.
+NEAR_MISS_NODES = 2
 
 
 class RewriteError(GraphError):
@@ -46,22 +49,22 @@ class Replacement:
     nodes: tuple = ()
     constants: Mapping = field(default_factory=dict)
     types: Mapping = field(default_factory=dict)
+    names: Mapping = field(default_factory=dict)     # new node -> the name asked for, if it was taken
 
 
 class Emitter:
     """Builds a :class:`Replacement` against ``graph``: fresh names, types inferred at once."""
 
-    def __init__(self, graph: Graph, prefix: str = ""):
+    def __init__(self, graph: Graph):
         self.graph = graph
-        self.prefix = prefix
         self.nodes: list = []
         self.constants: dict = {}
         self.types: dict = {}
+        self.names: dict = {}
         self._taken = set(graph.types) | {n.name for n in graph.nodes}
 
     def fresh(self, base: str) -> str:
         """A name no value or node of the graph (or of this emitter) has."""
-        base = f"{self.prefix}{base}"
         name, i = base, 0
         while name in self._taken:
             i += 1
@@ -78,9 +81,15 @@ class Emitter:
         return name
 
     def op(self, kind: str, inputs, name: str | None = None, **attrs) -> str:
-        """A new node (output named like the node); returns its output's name."""
-        get_op(kind)
-        name = self.fresh(name or kind)
+        """A new single-output node (output named like the node); returns its output's name.
+
+        ``name``: the node's name, or a fresh variant while a node that the rewrite drops holds it.
+        Types are inferred at once, so a wrong shape fails here naming the new node.
+        """
+        wanted = name or kind
+        name = self.fresh(wanted)
+        if name != wanted:
+            self.names[name] = wanted
         ins = tuple("" if v is None else v for v in inputs)
         node = Node(name, kind, ins, (name,), attrs)
         types = [self._type(v) if v else None for v in ins]
@@ -94,7 +103,7 @@ class Emitter:
 
     def replace_with(self, value: str) -> Replacement:
         """The replacement: everything emitted, with ``value`` standing for the matched root."""
-        return Replacement(value, tuple(self.nodes), dict(self.constants), dict(self.types))
+        return Replacement(value, tuple(self.nodes), dict(self.constants), dict(self.types), dict(self.names))
 
 
 @dataclass(frozen=True)
@@ -120,14 +129,19 @@ class RuleStats:
 class Rewriter:
     """Applies a rule table to graphs, to a fixpoint (default) or in a single sweep.
 
+    ``rules``: :class:`Rule` objects or tuples ``(name, pattern, callback[, priority])``.
+
     A sweep visits the nodes in graph order (``reverse``: consumers first, so the largest match
     rooted at a chain's end wins over a smaller one inside it); at each, the rules in priority
     order, the first whose pattern matches and whose callback returns a replacement wins.
-    ``stats`` accumulates per-rule counts over every ``run``.
+    ``stats`` accumulates per-rule counts over every ``run``. With ``near_misses``, ``misses``
+    keeps per rule why it did not fire where it got furthest: failed matches that had matched
+    at least :data:`NEAR_MISS_NODES` nodes (with :func:`~graph.pattern.explain`'s reason) and
+    matches whose callback declined.
     """
 
-    def __init__(self, rules, max_sweeps: int = 50, reverse: bool = False):
-        rules = list(rules)
+    def __init__(self, rules, max_sweeps: int = 50, reverse: bool = False, near_misses: bool = False):
+        rules = [r if isinstance(r, Rule) else Rule(*r) for r in rules]
         names = [r.name for r in rules]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
@@ -136,6 +150,8 @@ class Rewriter:
         self.max_sweeps = max_sweeps
         self.reverse = reverse
         self.stats = {r.name: RuleStats() for r in rules}
+        self.near_misses = near_misses
+        self.misses = {r.name: {} for r in rules}      # rule -> {text: None}, an ordered set
 
     def run(self, graph: Graph, once: bool = False) -> Graph:
         """The rewritten graph (``graph`` itself if no rule fired)."""
@@ -167,12 +183,17 @@ class Rewriter:
             if not value:
                 continue
             stats.attempts += 1
-            m = match(graph, rule.pattern, value)
+            tracer = Tracer() if self.near_misses else None
+            m = match(graph, rule.pattern, value, tracer=tracer)
             if m is None:
+                if tracer is not None and tracer.progress() >= NEAR_MISS_NODES:
+                    self.misses[rule.name][f"at {value}: {tracer.reason()}"] = None
                 continue
             stats.matches += 1
             result = rule.callback(graph, m)
             if result is None:
+                if self.near_misses:
+                    self.misses[rule.name][f"at {value}: matched, the rule declined"] = None
                 continue
             if isinstance(result, str):
                 result = Replacement(result)
@@ -182,11 +203,18 @@ class Rewriter:
             return apply_replacement(graph, m, result, rule.name)
         return None
 
-    def format_stats(self) -> str:
-        """One line per rule: attempts, matches, rewrites."""
+    def format_stats(self, misses_shown: int = 3) -> str:
+        """One line per rule (attempts, matches, rewrites), then its first near misses, if kept."""
         width = max((len(n) for n in self.stats), default=4)
-        return "\n".join(f"  {name:<{width}}  attempts {s.attempts:>5}  matches {s.matches:>4}  "
-                         f"rewrites {s.rewrites:>4}" for name, s in self.stats.items())
+        lines = []
+        for name, s in self.stats.items():
+            lines.append(f"  {name:<{width}}  attempts {s.attempts:>5}  matches {s.matches:>4}  "
+                         f"rewrites {s.rewrites:>4}")
+            misses = list(self.misses[name])
+            lines += [f"    near miss {text}" for text in misses[:misses_shown]]
+            if len(misses) > misses_shown:
+                lines.append(f"    ... and {len(misses) - misses_shown} more near misses")
+        return "\n".join(lines)
 
 
 def _is_noop(graph: Graph, root: str, repl: Replacement) -> bool:
@@ -240,18 +268,18 @@ def apply_replacement(graph: Graph, m: Match, repl: Replacement, rule: str = "re
     nodes = list(graph.nodes) + list(repl.nodes)
     constants = dict(graph.constants)
     constants.update(repl.constants)
-    if root in graph.outputs:
-        # The model's output keeps its name: the root's old definition moves aside, and the
-        # replacement takes the name over (or an Identity does, for an input, constant or output).
+    created = {v for n in repl.nodes for v in n.outputs}
+    if root in graph.outputs or new in created:
+        # The root's value keeps its name: a model output's must, and a new node's value takes
+        # the matched one's so the names a reader knows survive. The old definition moves aside
+        # (and is pruned); an input, constant or other output standing for an output gets an Identity.
         taken = set(types) | {n.name for n in nodes}
         aside = _fresh(f"{root}__replaced", taken)
         root_node = graph.producer(root)
         nodes = [n.with_(outputs=tuple(aside if v == root else v for v in n.outputs)) if n is root_node else n
                  for n in nodes]
         types[aside] = types[root]
-        defined_by_node = any(new in n.outputs for n in nodes)
-        if defined_by_node and new not in graph.outputs:
-            nodes = _rename(nodes, root, new, defs=False)
+        if any(new in n.outputs for n in nodes) and new not in graph.outputs:
             nodes = _rename(nodes, new, root, defs=True)
         else:
             nodes = _rename(nodes, root, new, defs=False)
@@ -260,9 +288,23 @@ def apply_replacement(graph: Graph, m: Match, repl: Replacement, rule: str = "re
         nodes = _rename(nodes, root, new, defs=False)
     candidates = {n.name for n in m.nodes} | {n.name for n in graph.nodes if root in n.outputs}
     nodes, constants = _prune(graph, nodes, constants, candidates)
+    nodes = _preferred_names(nodes, repl.names)
     defined = list(graph.inputs) + list(constants)
     nodes = topological_order(nodes, defined)
     return graph.replace(nodes=nodes, constants=constants, types=types)
+
+
+def _preferred_names(nodes: list, preferred: Mapping) -> list:
+    """New nodes renamed to the names their rule asked for, where the node holding it is gone."""
+    names = {n.name for n in nodes}
+    out = []
+    for n in nodes:
+        want = preferred.get(n.name)
+        if want and want != n.name and want not in names:
+            names.add(want)
+            n = n.with_(name=want)
+        out.append(n)
+    return out
 
 
 def _fresh(base: str, taken: set) -> str:

@@ -13,6 +13,7 @@ outputs back to their graph dtype on the way out.
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -75,6 +76,7 @@ class CompiledModel:
         self._lock = threading.Lock()
         self._arrays = None
         self._bound = None
+        self._threads = None
 
     # ------------------------------------------------------------ planning
     def _plan(self) -> MemoryPlan:
@@ -117,21 +119,26 @@ class CompiledModel:
         bound = []
         for step in self.steps:
             args = [self._arrays[b] for b in step.args]
+            if self._threads is not None and hasattr(step.kernel, "threads"):
+                # kernels may be shared with other models (the compiler caches them): a bound call
+                # keeps the thread count it was bound with
+                step.kernel.threads = self._threads
             bind = getattr(step.kernel, "bind", None)
             bound.append(bind(*args) if bind is not None else (lambda k=step.kernel, a=args: k(*a)))
         return bound
 
     @property
     def threads(self):
-        """Threads of the kernels' parallel loops (set on every kernel that has a ``threads``)."""
-        return next((s.kernel.threads for s in self.steps if hasattr(s.kernel, "threads")), None)
+        """Threads of the kernels' parallel loops (None: as the kernels were built)."""
+        return self._threads
 
     @threads.setter
     def threads(self, n: int) -> None:
-        for s in self.steps:
-            if hasattr(s.kernel, "threads"):
-                s.kernel.threads = n
-        self._bound = None
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise ValueError(f"model {self.name}: threads must be a positive int, got {n!r}")
+        with self._lock:
+            self._threads = int(n)
+            self._bound = None
 
     # ------------------------------------------------------------ running
     def check_feeds(self, feeds: dict) -> list:
@@ -180,6 +187,27 @@ class CompiledModel:
                 a = self._arrays[b].reshape(buf.shape)
                 result[buf.name] = (a != 0) if buf.dtype == "bool" else a.astype(buf.dtype, copy=True)
         return result
+
+    def profile(self, feeds: dict, min_seconds: float = 0.02) -> list:
+        """Seconds per call of each step on ``feeds``: ``[{"step", "label", "seconds"}]`` in plan order.
+
+        Each step is repeated for at least ``min_seconds`` after the whole model ran once; for
+        finding which fused group dominates a model's latency, not for comparisons (use
+        ``benchmarks/`` for those).
+        """
+        self.run(feeds)
+        out = []
+        with self._lock:
+            for n, (step, call) in enumerate(zip(self.steps, self._bound)):
+                calls, t0 = 0, time.perf_counter()
+                while True:
+                    call()
+                    calls += 1
+                    elapsed = time.perf_counter() - t0
+                    if elapsed >= min_seconds:
+                        break
+                out.append({"step": n, "label": step.label, "seconds": elapsed / calls})
+        return out
 
     def __call__(self, *args, **feeds):
         """``model(x, y)`` (input order) or ``model(x=..., y=...)``: the outputs dict."""

@@ -196,7 +196,12 @@ def workload_label(name: str, params: Mapping[str, Any] | None) -> str:
         Workload name, e.g. ``"matmul"``.
     params : mapping or None
         Shape parameters, shown in their insertion order.
+
+    A workload carried as its tensor expression (``"expr:LABEL"``, a model's fused group) is
+    shown as its label: its one parameter is the whole expression.
     """
+    if name.startswith("expr:") and set(params or {}) == {"workload"}:
+        return name[len("expr:"):]
     inner = ", ".join(f"{k}={v}" for k, v in (params or {}).items())
     return f"{name}({inner})"
 

@@ -495,7 +495,15 @@ def _is_epilogue(anchor, consumer) -> bool:
         return False
     own = tuple(consumer.root_vars[r] for r in consumer.spatial_root)
     reads = [r for r in consumer.reads() if r.tensor is anchor.tensor]
-    return bool(reads) and all(tuple(r.indices) == own for r in reads)
+    # an axis of extent 1 may be read at the constant 0 (broadcasting code writes it so)
+    unit = [d == 1 for d in anchor.shape]
+    return bool(reads) and all(len(r.indices) == len(own) and all(
+        i == v or (u and _is_zero(i)) for i, v, u in zip(r.indices, own, unit)) for r in reads)
+
+
+def _is_zero(e) -> bool:
+    from tensorir.te import Const
+    return isinstance(e, Const) and e.value == 0
 
 
 def _packable(stage, vec_loop: str) -> list:

@@ -65,7 +65,7 @@ def conv_wl(N=1, C=3, H=11, W=9, K=5, R=3, S=3, pad=1):
 
 
 def random_inputs(tensors, seed=0):
-    from tests.fuzz.workloads import make_inputs    # one input generator for the suite and the fuzzer
+    from tests.fuzz.workloads import make_inputs  # one input generator for the suite and the fuzzer
     return make_inputs(tensors, seed)
 
 
@@ -87,3 +87,41 @@ def check_against_evaluator(sch, rtol=1e-4, atol=1e-4, seed=0):
     want = evaluate(list(sch.tensors), ins)
     for got, ref in zip(outs, want):
         np.testing.assert_allclose(got, ref, rtol=rtol, atol=atol)
+
+
+@pytest.fixture(scope="session")
+def postgres_url():
+    """A PostgreSQL server's URL: ``TENSORTUNE_TEST_POSTGRES`` (``.ci/run`` starts one), else one
+    started here for the session (:mod:`tests.pg_server`).  Under CI a missing server fails the
+    tests that need one; elsewhere they skip, saying why no server could be started."""
+    import os
+    import tempfile
+
+    from tests import pg_server
+    url = os.environ.get("TENSORTUNE_TEST_POSTGRES")
+    if url:
+        yield url
+        return
+    folder = tempfile.mkdtemp(prefix="tensortune-pg-")
+    try:
+        url = pg_server.start(folder)
+    except pg_server.ServerUnavailable as err:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must provide a PostgreSQL server: {err}")
+        pytest.skip(f"no PostgreSQL server: {err}")
+    try:
+        yield url
+    finally:
+        pg_server.stop(folder)
+
+
+@pytest.fixture()
+def database(postgres_url):
+    """The URL of a fresh database of its own on the test server (studies of one workload share a name)."""
+    import uuid
+
+    import psycopg
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    return postgres_url.rsplit("/", 1)[0] + f"/{name}"

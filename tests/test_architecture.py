@@ -10,7 +10,7 @@ import grimp
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-PACKAGES = ("tensorir", "schedules", "cost_model", "logs", "tuner")
+PACKAGES = ("tensorir", "schedules", "cost_model", "logs", "tuner", "graph")
 LINE_BUDGET = 600
 FUZZER = "tests/fuzz"
 

@@ -1,49 +1,13 @@
 """`tensortune tune --storage postgresql://...` against a real PostgreSQL server.
 
-The server: ``TENSORTUNE_TEST_POSTGRES`` (``.ci/run`` starts one and sets it), else a
-throwaway one started here (:mod:`tests.pg_server`). Under CI a missing server fails
-these tests; elsewhere they skip, saying why no server could be started.
+The server and a fresh database per test: the ``postgres_url`` and ``database`` fixtures of
+tests/conftest.py (under CI a missing server fails these tests; elsewhere they skip, saying why).
 """
 from __future__ import annotations
 
 import json
-import os
-import tempfile
-import uuid
 
 import numpy as np
-import pytest
-
-from tests import pg_server
-
-
-@pytest.fixture(scope="module")
-def postgres_url():
-    url = os.environ.get("TENSORTUNE_TEST_POSTGRES")
-    if url:
-        yield url
-        return
-    folder = tempfile.mkdtemp(prefix="tensortune-pg-")
-    try:
-        url = pg_server.start(folder)
-    except pg_server.ServerUnavailable as err:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must provide a PostgreSQL server: {err}")
-        pytest.skip(f"no PostgreSQL server: {err}")
-    try:
-        yield url
-    finally:
-        pg_server.stop(folder)
-
-
-@pytest.fixture()
-def database(postgres_url):
-    """A fresh database of its own for each test (studies of one workload share a name)."""
-    import psycopg
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(postgres_url, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    return postgres_url.rsplit("/", 1)[0] + f"/{name}"
 
 
 def test_tune_keeps_its_study_in_postgresql_and_resumes_from_it(database, tmp_path, capsys):

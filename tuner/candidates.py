@@ -43,6 +43,7 @@ class Candidates:
         self.spec = spec
         self.space = space      # a GeneratedSpace or a hand-written KnobSpace
         self.target = target
+        self.meta: dict = {}    # annotations every record of the run carries (e.g. the model task)
 
     def prepare(self, trial, decisions: dict | None = None, src=None) -> Candidate:
         """The candidate of an Optuna ``trial``, of fixed ``decisions`` or of a decision source ``src``.
@@ -82,7 +83,7 @@ class Candidates:
                             decisions=dict(cand.decisions), costs=tuple(res.costs), error_kind=res.error_kind,
                             error_msg=res.error_msg, compile_seconds=res.compile_seconds,
                             run_seconds=res.run_seconds, flops=self.spec.flops, confirmed=confirmed,
-                            remeasured=remeasured, meta={"origin": self.origin(cand)})
+                            remeasured=remeasured, meta={**self.meta, "origin": self.origin(cand)})
 
     @staticmethod
     def origin(cand: Candidate) -> str:

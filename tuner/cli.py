@@ -21,8 +21,16 @@ from .cmd_bench import add_parser as add_bench_parser
 from .cmd_bench import run as cmd_bench
 from .cmd_build import add_parser as add_build_parser
 from .cmd_build import run as cmd_build
+from .cmd_bench_model import add_parser as add_bench_model_parser
+from .cmd_bench_model import run as cmd_bench_model
+from .cmd_tune_model import add_parser as add_tune_model_parser
+from .cmd_tune_model import run as cmd_tune_model
 from .cmd_logs import add_parser as add_logs_parser
 from .cmd_logs import run as cmd_logs
+from .cmd_model import add_parser as add_model_parser
+from .cmd_model import run as cmd_model
+from .cmd_worker import add_parser as add_worker_parser
+from .cmd_worker import run as cmd_worker
 from .errors import CLIError
 from .report import ARMS  # who chose the measured candidates (TuneResult.arms)
 
@@ -175,8 +183,21 @@ def cmd_tune(args) -> int:
             raise CLIError(f"space {args.space} failed: {type(err).__name__}: {err}") from None
     progress = Progress(spec.label, enabled=not args.quiet)
     model_path = os.path.abspath(log_path) + ".costmodel"
+    from .distributed import SharedTuner
+    from .study import is_shared
+    if args.lease is not None and args.lease <= 0:
+        raise CLIError(f"--lease must be positive, got {args.lease}")
+    if args.workers is not None:
+        if args.workers < 1:
+            raise CLIError(f"--workers must be a positive integer, got {args.workers}")
+        from .cmd_worker import tune_with_local_workers
+        return tune_with_local_workers(args, spec, cfg, log, storage)
     try:
-        tuner = Tuner(spec, cfg, log=log, storage=storage, model_path=model_path, progress=progress, space=space)
+        if is_shared(storage):      # other processes may join the study (tensortune worker)
+            tuner = SharedTuner(spec, cfg, storage=storage, lease_s=args.lease, log=log, model_path=model_path,
+                                progress=progress, space=space, space_ref=args.space)
+        else:
+            tuner = Tuner(spec, cfg, log=log, storage=storage, model_path=model_path, progress=progress, space=space)
         result = tuner.run()
     except ImportError as err:
         raise CLIError(f"cannot use --storage {storage}: {err}") from None
@@ -221,6 +242,11 @@ def cmd_tune(args) -> int:
           f"({result.invalid} invalid of {result.asked} asked; errors: {dict(result.errors) or 'none'})"
           + (f"; {result.remeasured} repeat measurements of the fastest" if result.remeasured else "")
           + (f"; {result.resumed} earlier records resumed" if result.resumed else ""))
+    shared = getattr(tuner, "shared", None)     # a shared study (--storage postgresql://...)
+    if shared:
+        out["study"] = shared
+        print(f"study         {shared['study']}: {shared['measured']} trials measured in this run by "
+              f"{shared['processes']} process{'es' if shared['processes'] != 1 else ''} (tensortune worker)")
     if result.stop_reason:
         print(f"stopped early: {result.stop_reason}")
     print(f"best          {format_latency(tuned_s)}  {gf(tuned_s):.1f} GFLOP/s  (timed again here, side by side)")
@@ -295,6 +321,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--timeout", type=float, help="stop starting new rounds after SECONDS")
     t.add_argument("--space", metavar="FILE.py:FUNCTION", help="hand-written space fn(cfg, schedule) -> schedule "
                    "(define_split / define_reorder / define_knob) instead of the generated one")
+    t.add_argument("--workers", type=int, help="with a shared --storage: start N local workers, each pinned to "
+                   "cores of its own with --threads (default: cores/N) threads; they measure, this process waits")
+    t.add_argument("--lease", type=float, metavar="SECONDS", help="with a shared --storage: a process silent for "
+                   "SECONDS loses its trials to the others (default: 10 times the per-candidate timeout)")
     t.add_argument("--json", action="store_true", help="print one JSON object on the last line")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
     r = sub.add_parser("report", help="show the best schedules in a tuning log")
@@ -308,6 +338,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_logs_parser(sub)
     add_bench_parser(sub)
     add_build_parser(sub)
+    add_model_parser(sub)
+    add_tune_model_parser(sub)
+    add_bench_model_parser(sub)
+    add_worker_parser(sub)
     return p
 
 
@@ -321,7 +355,8 @@ def main(argv=None) -> int:
         parser.print_help()
         return EXIT_USAGE
     handlers = {"workloads": cmd_workloads, "tune": cmd_tune, "report": cmd_report, "logs": cmd_logs,
-                "bench": cmd_bench, "build": cmd_build}
+                "bench": cmd_bench, "build": cmd_build, "run": cmd_model, "graph": cmd_model, "compile": cmd_model,
+                "tune-model": cmd_tune_model, "bench-model": cmd_bench_model, "worker": cmd_worker}
     import warnings
     saved = warnings.formatwarning
     # warnings (skipped log lines, fallbacks) are messages to the user: one line, no source excerpt

@@ -361,6 +361,11 @@ class Measurer:
             raise
         return self
 
+    @property
+    def running(self) -> bool:
+        """Whether the worker processes are up (``start`` brings them back after ``close``)."""
+        return self._started
+
     def close(self) -> None:
         """Stop every worker process."""
         for w in self._builders + ([self._runner] if self._runner else []):

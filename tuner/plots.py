@@ -1,4 +1,5 @@
-"""Report plots as SVG text: the tuning curve and the roofline (matplotlib, no pyplot, no display).
+"""Report plots as SVG text: the tuning curve, the roofline and a model's latency curve (matplotlib, no
+pyplot, no display).
 
 Figures are made with :class:`matplotlib.figure.Figure` and written by the SVG backend, so no
 global backend is set and nothing opens a window.  The SVG is deterministic: no date in the
@@ -94,4 +95,33 @@ def roofline_svg(intensity: float, gflops: float, salt: str, peak_gflops: float 
     ax.set_title("roofline", fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(loc="upper left", fontsize=8)
+    return _svg(fig, salt)
+
+
+def latency_curve_svg(curve: list, salt: str, ylabel: str = "estimated latency") -> str:
+    """A latency (lower is better) against trials and against seconds, side by side.
+
+    Parameters
+    ----------
+    curve : list of [trial, seconds, latency_s]
+        Points in order, e.g. a model section's ``curve`` (:func:`tuner.report_model.gather_models`).
+    salt : str
+        Unique per plot on a page (SVG ids).
+    ylabel : str
+        What the latency is; the axis adds the unit (ms, or us below 1 ms).
+    """
+    fig, (ax_n, ax_t) = _figure(9.0, 3.2, 2)
+    lat = [p[2] for p in curve]
+    scale, unit = (1e3, "ms") if max(lat, default=0.0) >= 1e-3 else (1e6, "us")
+    ys = [v * scale for v in lat]
+    for ax, xs, label in ((ax_n, [p[0] for p in curve], "trials measured"),
+                          (ax_t, [p[1] for p in curve], "seconds of tuning")):
+        ax.step(xs, ys, where="post", color="#2ca02c", linewidth=1.8)
+        ax.plot(xs, ys, "o", color="#2ca02c", markersize=3)
+        ax.set_xlabel(label)
+        ax.set_ylabel(f"{ylabel} ({unit})")
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+    ax_n.set_title("latency (by trial; lower is better)", fontsize=10)
+    ax_t.set_title("latency (by time; lower is better)", fontsize=10)
     return _svg(fig, salt)

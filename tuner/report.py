@@ -45,6 +45,53 @@ def format_latency(seconds: float) -> str:
     return f"{seconds * 1e6:.2f} us"
 
 
+MODEL_HEADER = ("ID", "task", "FLOP", "weight", "GFLOP/s", "best latency", "weighted latency", "share", "trials")
+
+
+def model_rows(model: dict) -> list:
+    """Rows (tuples of str, as :data:`MODEL_HEADER`) of a model section's task table
+    (:func:`tuner.report_model.gather_models`)."""
+    def lat(x):
+        return format_latency(x) if x is not None else "-"
+    return [(str(t["task"]), t["label"], f"{t['flops']:.3g}" if t["flops"] is not None else "-", str(t["weight"]),
+             f"{t['gflops']:g}" if t["gflops"] else "-", lat(t["best_latency_s"]), lat(t["weighted_latency_s"]),
+             f"{100 * t['share']:.1f}%" if t["share"] is not None else "-", str(t["trials"]))
+            for t in model["tasks"]]
+
+
+def model_summary(model: dict) -> str:
+    """One line: the estimated latency of a model section, its tasks, trials and tuning time."""
+    n = len(model["tasks"])
+    est = model["estimated_latency_s"]
+    head = (f"estimated latency {format_latency(est)} (sum of weight x best latency over the tuned kernels)"
+            if est is not None else "estimated latency unknown (a task has no successful measurement)")
+    runs = model["runs"]
+    return (f"{head}; {n} tuned task{'s' if n != 1 else ''}, {model['trials']} trials, "
+            f"{model['tuning_seconds']:.1f} s of tuning in {runs} run{'s' if runs != 1 else ''}")
+
+
+def curve_summary(curve: list) -> str:
+    """The first and last points of a model's latency curve, in words."""
+    if not curve:
+        return "no latency curve: a task has no successful measurement"
+    (n0, s0, l0), (n1, s1, l1) = curve[0], curve[-1]
+    return (f"estimated latency {format_latency(l0)} after {n0} trials ({s0:.1f} s) -> "
+            f"{format_latency(l1)} after {n1} trials ({s1:.1f} s)")
+
+
+def _model_block(model: dict) -> list:
+    rows = [MODEL_HEADER] + [r + (t["key"][:12],) for r, t in zip(model_rows(model), model["tasks"])]
+    rows[0] = rows[0] + ("workload key",)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    left = {1}                                      # the task label; numbers align right
+    out = [f"== model {model['model']} on {model['target']}", "   " + model_summary(model)]
+    for r in rows:
+        out.append("   " + "  ".join(c.ljust(w) if i in left or i == len(r) - 1 else c.rjust(w)
+                                     for i, (c, w) in enumerate(zip(r, widths))).rstrip())
+    out.append("   latency curve: " + curve_summary(model["curve"]))
+    return out
+
+
 def spec_for(rec):
     """The workload of record ``rec`` if it can be rebuilt here, else None."""
     from .spec import SpecError, WorkloadSpec
@@ -73,7 +120,8 @@ def group_records(paths, workload: str | None = None, params=()) -> dict:
 
 
 def report(log_paths=None, workload: str | None = None, params=(), top: int = 3, show_nest: bool = False) -> str:
-    """The report as text: per workload and machine, the best schedules and why they are fast.
+    """The report as text: per tuned model its tasks and estimated latency, then per workload and
+    machine the best schedules and why they are fast.
 
     Raises :class:`tuner.spec.SpecError` (one line) if ``workload`` and ``params`` name no valid workload.
     """
@@ -89,6 +137,10 @@ def report(log_paths=None, workload: str | None = None, params=(), top: int = 3,
         what = f" for {workload} {' '.join(params)}".rstrip() if workload else ""
         return f"no tuning records{what} in {where}"
     out = []
+    if not workload:                     # a model's section covers all its workloads
+        from .report_model import gather_models
+        for model in gather_models(r for recs in groups.values() for r in recs):
+            out += _model_block(model) + [""]
     for (key, target), recs in sorted(groups.items(), key=lambda kv: kv[1][0].workload_label):
         ok = [r for r in recs if r.ok]
         errs = Counter(str(r.error_kind) for r in recs if not r.ok)

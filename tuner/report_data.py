@@ -1,19 +1,12 @@
-"""The data of ``tensortune report --html / --format md``: one plain dict per workload and target.
+"""The data of ``tensortune report --html / --format md``: one plain dict per tuned model and per workload and target.
 
 :func:`gather` reads the logs and returns everything the renderers show, as JSON-ready values
 in a fixed order (sorted groups, sorted keys, rounded floats), so the same logs give the same
 report byte for byte.  Nothing here depends on when or where the report is rendered, except
 the machine ceilings, which the caller passes in (``peaks``: from the cache or fixed values).
 
-Definitions used throughout:
+Trials and tuning time are counted as :mod:`tuner.report_trials` defines them.  Besides:
 
-- a *trial* is a record that is neither a repeated (``remeasured``) nor a confirming
-  (``confirmed``) measurement, nor the default schedule's (no decisions: the tuner measures it
-  once beside the trials), and whose schedule was legal (error kind not ``schedule`` or
-  ``lower``: those are *invalid* asks, never measured);
-- *tuning time* is the wall time the records span, from their timestamps, with any pause
-  longer than :data:`RUN_GAP_S` between two records dropped (a log resumed later holds
-  several runs; ``runs`` counts them);
 - *bytes moved* is the compulsory traffic: every input tensor read once and every output
   written once (the cache-blind minimum; a schedule's real traffic is at least this), so the
   arithmetic intensity is an upper bound and the roofline placement optimistic.  Beside it, the
@@ -23,35 +16,16 @@ Definitions used throughout:
 from __future__ import annotations
 
 import json
-import math
 from collections import Counter
-from datetime import datetime
 
-RUN_GAP_S = 300.0
-"""A pause between two records longer than this starts a new tuning run."""
-
-INVALID_KINDS = ("schedule", "lower")
-
-
-def _r(x, digits=4):
-    """Round to ``digits`` significant digits (stable text for the renderers)."""
-    if x is None or not math.isfinite(x) or x == 0:
-        return x
-    return float(f"{x:.{digits}g}")
-
-
-def _seconds(ts: str) -> float:
-    return datetime.fromisoformat(ts[:-1] + "+00:00" if ts.endswith("Z") else ts).timestamp()
+from .report_model import gather_models
+# (RUN_GAP_S and is_trial are also read from here, as this module's definitions)
+from .report_trials import INVALID_KINDS, RUN_GAP_S, elapsed_seconds, is_trial  # noqa: F401
+from .report_trials import round_sig as _r
 
 
 def _schedule_key(rec) -> str:
     return json.dumps([rec.trace, rec.decisions], sort_keys=True)
-
-
-def is_trial(rec) -> bool:
-    """A new candidate's measurement (see the module docstring)."""
-    return (not rec.confirmed and not rec.remeasured and bool(rec.decisions)
-            and str(rec.error_kind) not in INVALID_KINDS)
 
 
 def compulsory_bytes(spec) -> int:
@@ -73,22 +47,6 @@ def estimated_traffic(scheduled) -> float:
     from cost_model import FEATURE_NAMES, extract_features
     value = float(extract_features(scheduled)[FEATURE_NAMES.index("func.total_traffic_l2")])
     return _r(2.0 ** value - 1.0)       # (features hold log2(1 + x))
-
-
-def _elapsed(recs: list) -> tuple:
-    """Seconds since the first record for each record (pauses > RUN_GAP_S dropped), and the run count."""
-    out, runs, total, prev = [], 1, 0.0, None
-    for rec in recs:
-        t = _seconds(rec.timestamp)
-        if prev is not None:
-            gap = t - prev
-            if gap > RUN_GAP_S:
-                runs += 1
-            elif gap > 0:
-                total += gap
-        prev = t
-        out.append(total)
-    return out, runs
 
 
 def _curve(recs: list, elapsed: list) -> list:
@@ -163,11 +121,12 @@ def _group_section(key: str, recs: list, top: int, peaks, accuracy: bool) -> dic
     head = recs[0]
     recs = sorted(recs, key=lambda r: r.timestamp)       # (stable: log order within a timestamp)
     _, cpu, threads = target_key(head.target)
-    elapsed, runs = _elapsed(recs)
+    elapsed, runs = elapsed_seconds(recs)
     trials = [r for r in recs if is_trial(r)]
     origins = Counter(str(r.meta["origin"]) for r in trials if r.meta.get("origin"))
     sec = {"label": head.workload_label, "operator": head.workload_name,
-           "params": {k: head.workload_params[k] for k in head.workload_params}, "key": key,
+           "params": ({} if head.workload_name.startswith("expr:")   # (the whole expression)
+                      else {k: head.workload_params[k] for k in head.workload_params}), "key": key,
            "target": describe_target(head.target), "cpu": cpu, "threads": threads,
            "flops": head.flops, "records": len(recs), "trials": len(trials),
            "invalid": sum(1 for r in recs if str(r.error_kind) in INVALID_KINDS),
@@ -228,7 +187,10 @@ def gather(log_paths, workload: str | None = None, params=(), top: int = 5, peak
     Returns
     -------
     dict
-        ``{"logs": [str], "sections": [dict, ...]}``, sections sorted by workload label, target and key.
+        ``{"logs": [str], "models": [dict, ...], "sections": [dict, ...]}``: sections sorted by workload
+        label, target and key; models (:func:`tuner.report_model.gather_models`) sorted by model file
+        name and target, each task's ``section`` the index of its workload's section (only without
+        ``workload``: a model section covers all the model's workloads).
 
     Raises
     ------
@@ -239,5 +201,10 @@ def gather(log_paths, workload: str | None = None, params=(), top: int = 5, peak
     paths = [str(p) for p in log_paths]
     groups = group_records(paths, workload, params)
     order = sorted(groups, key=lambda k: (groups[k][0].workload_label, k[1], k[0]))
-    return {"logs": paths, "workload": workload, "params": list(params),
+    models = [] if workload else gather_models(r for recs in groups.values() for r in recs)
+    where = {k: i for i, k in enumerate(order)}
+    for model in models:
+        for task in model["tasks"]:
+            task["section"] = where.get((task["key"], model["target"]))
+    return {"logs": paths, "workload": workload, "params": list(params), "models": models,
             "sections": [_group_section(k[0], groups[k], top, peaks, accuracy) for k in order]}

@@ -1,8 +1,10 @@
 """``tensortune report --html``: one self-contained HTML page (inline CSS and SVG, no script, no links out).
 
-Rendering is a pure function of :func:`tuner.report_data.gather`'s dict: no clock, no
-environment, sections in the dict's (sorted) order, plots as deterministic SVG
-(:mod:`tuner.plots`), so the same logs give the same bytes.  Every plot is a ``<figure
+Tuned models' sections (``<section class="model">``: task table, latency curve, links to each
+task's workload section) come first, then one section per workload and target.  Rendering is a
+pure function of :func:`tuner.report_data.gather`'s dict: no clock, no environment, sections in
+the dict's (sorted) order, plots as deterministic SVG (:mod:`tuner.plots`), so the same logs give
+the same bytes.  Every plot is a ``<figure
 class="plot" data-plot=...>`` and every table a ``<table data-table=...>``, so a test (or a
 reader's script) can find them.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 from html import escape
 
 from . import plots
+from .report import MODEL_HEADER, curve_summary, model_rows, model_summary
 from .report_rows import NOT_RECORDED, TOP_HEADER, asm_caption, summary_rows, top_rows
 
 CSS = """
@@ -109,6 +112,43 @@ def _section(i: int, sec: dict) -> str:
     return "\n".join(parts)
 
 
+MODEL_NOTE = ("Estimated latency: the sum over the model's tuned kernels of weight (occurrences in the model) "
+              "x best latency, the kernel a build would use (confirmed measurements first); kernels built with "
+              "their heuristic start and the time between kernels are not in it. Each task links to its "
+              "workload's section.")
+
+
+def _model_table(sid: str, model: dict) -> str:
+    body = []
+    for row, task in zip(model_rows(model), model["tasks"]):
+        cells = [escape(c) for c in row]
+        if task["section"] is not None:
+            cells[1] = f'<a href="#w{task["section"]}">{cells[1]}</a>'
+        body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    head = "".join(f"<th>{escape(h)}</th>" for h in MODEL_HEADER)
+    return (f'<table class="model-tasks" data-table="model-tasks" id="{sid}-model-tasks"><thead><tr>{head}'
+            "</tr></thead><tbody>" + "\n".join(body) + "</tbody></table>")
+
+
+def _model_section(i: int, model: dict) -> str:
+    sid = f"m{i}"
+    parts = [f'<section class="model" id="{sid}">',
+             f"<h2>Model {escape(model['model'])} on {escape(model['target'])}</h2>",
+             f"<p>{escape(model_summary(model))}</p>", _model_table(sid, model),
+             f'<p class="note">{escape(MODEL_NOTE)}</p>']
+    if model["curve"]:
+        parts.append(_figure(sid, "model-curve", plots.latency_curve_svg(model["curve"], f"{sid}-curve"),
+                             "Estimated model latency against trials and against seconds of tuning (record "
+                             "timestamps; pauses between runs dropped), from the moment every task has a "
+                             "measurement: each task at its best so far, ranked as a build ranks them, so a "
+                             "confirming re-timing at the end of a run can raise it. From "
+                             + curve_summary(model["curve"]) + "."))
+    else:
+        parts.append(f'<p class="note">{escape(curve_summary(model["curve"]))}</p>')
+    parts.append("</section>")
+    return "\n".join(parts)
+
+
 def render_html(data: dict) -> str:
     """The report page of :func:`tuner.report_data.gather`'s ``data``, as text."""
     secs = data["sections"]
@@ -117,8 +157,12 @@ def render_html(data: dict) -> str:
     if not secs:
         body.append(f"<p>No tuning records{' for ' + escape(data['workload']) if data.get('workload') else ''}.</p>")
     else:
-        body.append("<nav><ul>" + "".join(f'<li><a href="#w{i}">{escape(s["label"])} on {escape(s["target"])}</a></li>'
-                                           for i, s in enumerate(secs)) + "</ul></nav>")
+        models = data.get("models", [])
+        body.append("<nav><ul>" + "".join(f'<li><a href="#m{i}">Model {escape(m["model"])} on '
+                                           f'{escape(m["target"])}</a></li>' for i, m in enumerate(models))
+                    + "".join(f'<li><a href="#w{i}">{escape(s["label"])} on {escape(s["target"])}</a></li>'
+                              for i, s in enumerate(secs)) + "</ul></nav>")
+        body += [_model_section(i, m) for i, m in enumerate(models)]
         body += [_section(i, s) for i, s in enumerate(secs)]
     body.append(f'<p class="note">Values shown as "{NOT_RECORDED}" are absent from the log '
                 "(written by an older tensortune).</p>")

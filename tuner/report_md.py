@@ -1,6 +1,7 @@
 """``tensortune report --format md``: the report's tables and code as Markdown (plots left to ``--html``)."""
 from __future__ import annotations
 
+from .report import MODEL_HEADER, curve_summary, model_rows, model_summary
 from .report_rows import TOP_HEADER, asm_caption, summary_rows, top_rows
 
 
@@ -25,6 +26,13 @@ def render_markdown(data: dict) -> str:
            "Plots (tuning curve, roofline) are in the HTML report: `tensortune report --html report.html`.", ""]
     if not data["sections"]:
         out.append("No tuning records.")
+    for model in data.get("models", []):
+        out += [f"## Model {model['model']} on {model['target']}", "", model_summary(model) + ".", ""]
+        secs = data["sections"]
+        rows = [r + (secs[t["section"]]["key"] if t["section"] is not None else "-",)
+                for r, t in zip(model_rows(model), model["tasks"])]
+        out += _table(MODEL_HEADER + ("workload key (its section below)",), rows) + [""]
+        out += [f"Latency curve (plotted in the HTML report): {curve_summary(model['curve'])}.", ""]
     for sec in data["sections"]:
         out += [f"## {sec['label']} on {sec['target']}", "", f"workload key `{sec['key']}`", ""]
         out += _table(("", ""), summary_rows(sec)) + [""]

@@ -35,7 +35,7 @@ from .measure import MeasureConfig, MeasureResult, Measurer
 from .screening import Asker, Screening
 from .spec import WorkloadSpec
 from .state import RunState, decision_key, estimates
-from .study import SAMPLERS, StorageError, add_trial, make_sampler, open_study, write_back  # noqa: F401
+from .study import SAMPLERS, StorageError, add_trial, make_sampler, open_study, study_name, write_back  # noqa: F401
 from .target import host_target
 from .transfer import pretrain_from_log
 
@@ -187,14 +187,17 @@ class Tuner:
         self._synced = set()      # numbers of the in-memory trials it already holds
 
     # --------------------------------------------------------------- setup
+    def study_name(self) -> str:
+        """The name of this run's study: workload key, target fingerprint, sampler and space."""
+        tag = "generated" if isinstance(self.space, GeneratedSpace) else \
+            f"knobs-{getattr(getattr(self.space, 'fn', None), '__name__', 'custom')}"
+        return study_name(self.spec.key, self.target, self.config.sampler, tag)
+
     def _study(self, previous: list):
         import optuna
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        tag = "generated" if isinstance(self.space, GeneratedSpace) else \
-            f"knobs-{getattr(getattr(self.space, 'fn', None), '__name__', 'custom')}"
-        name = f"{self.spec.key}-{self.target['cpu']}-t{self.target['threads']}-{self.config.sampler}-{tag}"
         sampler = make_sampler(self.config.sampler, self.config.seed)
-        study, self._mirror = open_study(self.storage, name, sampler)
+        study, self._mirror = open_study(self.storage, self.study_name(), sampler)
         self._synced = {t.number for t in study.trials}
         fresh = not study.trials
         if fresh or self._mirror is not None:
@@ -312,19 +315,29 @@ class Tuner:
                 "best_gflops": st.best_estimate() if best_gflops is None else best_gflops,
                 "errors": sum(st.errors.values()), "elapsed": time.perf_counter() - self.started}
 
+    def remaining(self) -> int:
+        """Trials left to measure in this run (a shared study counts other processes' too:
+        :class:`tuner.distributed.SharedTuner`)."""
+        return self.config.trials - self.state.measured
+
+    def admit(self, picked: list, rest: list) -> tuple:
+        """``(picked, rest)``: the round's candidates to measure and those withdrawn.  Here all the
+        picked ones; a shared study's run first claims them against other processes'."""
+        return picked, rest
+
     def step(self) -> Round | None:
         """One round: ask a batch, screen it with the cost model, measure it, tell the study; then
         call each measure callback.  Returns the :class:`~tuner.callbacks.Round`, or None once the
         run is over (``stop_reason`` says why when it stopped before its trials)."""
         import optuna
         cfg, st = self.config, self.state
-        if st.measured >= cfg.trials or self.stop_reason is not None:
+        if self.stop_reason is not None or self.remaining() <= 0:
             return None
         if cfg.timeout_s is not None and time.perf_counter() - self.started > cfg.timeout_s:
             self.stop_reason = f"timeout of {cfg.timeout_s:g} s reached"
             return None
         rnd = Round()
-        want = min(cfg.batch_size, cfg.trials - st.measured)
+        want = min(cfg.batch_size, self.remaining())
         if self._ready is None:
             asker = self._asker(want)
             asker.run()
@@ -336,6 +349,7 @@ class Tuner:
                                 "repeated schedules already measured")
             return None
         picked, rest = self.screening.pick(pool, want, self.model if self.screening.ranks(self.model) else None)
+        picked, rest = self.admit(picked, rest)
         for cand in rest:
             if cand.trial is not None:
                 self.study.tell(cand.trial, state=optuna.trial.TrialState.FAIL)  # unmeasured: withdrawn
@@ -343,13 +357,13 @@ class Tuner:
             st.fresh.discard(decision_key(cand.decisions))
         # The next round's asks (Optuna sampling, lowering, features) run in a thread while this
         # round compiles, and pause before timing starts.
-        left = cfg.trials - st.measured - len(picked)
+        left = self.remaining() - len(picked)
         if left > 0:
             self._ahead = self._asker(min(cfg.batch_size, left))
             self._ahead.start()
         again, st.due = st.due, []
         # the default schedule: once, when a time to screen it against exists (or in a run's only round)
-        if self._baseline is not None and (st.contenders or st.measured + len(picked) >= cfg.trials):
+        if self._baseline is not None and (st.contenders or left <= 0):
             again, self._baseline = again + [self._baseline], None
         results = self._measure(picked + again, before_timing=self._quiet_hook(self._ahead))
         if self._ahead is not None:

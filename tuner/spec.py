@@ -86,8 +86,17 @@ def load_function(ref: str, what: str = "workload") -> Callable:
     return fn
 
 
+EXPR_PREFIX = "expr:"
+"""Names of workloads carried as their tensor expression (``params["workload"]``: the canonical JSON
+form, :func:`tensorir.te.serialize.workload_to_json`), such as a model's fused groups."""
+
+
+def is_expr_workload(name: str) -> bool:
+    return str(name).startswith(EXPR_PREFIX)
+
+
 class WorkloadSpec:
-    """A workload to tune: a registry name or ``"file.py:function"``, plus parameters.
+    """A workload to tune: a registry name, ``"file.py:function"`` or an ``"expr:LABEL"`` form, plus parameters.
 
     Parameters
     ----------
@@ -111,7 +120,12 @@ class WorkloadSpec:
         self._tensors = None
         self._file = None
         self._func_name = None
-        if is_user_workload(self.name):
+        if is_expr_workload(self.name):
+            if not isinstance(params.get("workload"), dict) or set(params) != {"workload"}:
+                raise SpecError(f"workload {self.name!r}: an expression workload takes one parameter, "
+                                "'workload' (its JSON form)")
+            self._workload = None
+        elif is_user_workload(self.name):
             path, _, self._func_name = self.name.rpartition(":")
             self._file = os.path.abspath(os.path.expanduser(path))
             self._workload = None
@@ -171,6 +185,22 @@ class WorkloadSpec:
         spec.tensors()
         return spec
 
+    @classmethod
+    def from_tensors(cls, tensors, label: str) -> "WorkloadSpec":
+        """A spec carrying ``tensors`` as their JSON form (rebuilt anywhere with the same key).
+
+        ``label`` names it in logs and reports, e.g. ``"conv2d_relu_1x64x56x56"``.
+        """
+        from tensorir.te.serialize import SerializeError, workload_to_json
+        tensors = check_workload(tensors)
+        try:
+            form = workload_to_json(tensors)
+        except SerializeError as err:
+            raise SpecError(f"workload {label!r}: {one_line(err)}") from None
+        spec = cls(EXPR_PREFIX + label, {"workload": form})
+        spec._tensors = spec._check_tensors(tensors)
+        return spec
+
     def to_json(self) -> dict:
         """A JSON-able dict that :meth:`from_json` turns back into an equal spec."""
         out = {"name": self.name, "params": dict(self.params)}
@@ -194,6 +224,8 @@ class WorkloadSpec:
         return isinstance(other, WorkloadSpec) and self.to_json() == other.to_json()
 
     def __hash__(self) -> int:
+        if is_expr_workload(self.name):
+            return hash((self.name, self.key))
         return hash((self.name, tuple(sorted(self.params.items(), key=lambda kv: kv[0]))))
 
     def __repr__(self) -> str:
@@ -216,6 +248,13 @@ class WorkloadSpec:
         if self._tensors is None:
             if self._workload is not None:
                 tensors = self._workload.builder(**self.params)
+            elif is_expr_workload(self.name):
+                from tensorir.te.deserialize import workload_from_json
+                from tensorir.te.serialize import SerializeError
+                try:
+                    tensors = workload_from_json(self.params["workload"])
+                except SerializeError as err:
+                    raise SpecError(f"workload {self.name!r}: {one_line(err)}") from None
             else:
                 tensors = self._call_user_function()
             self._tensors = self._check_tensors(tensors)
@@ -289,6 +328,8 @@ class WorkloadSpec:
             defaults = self._workload.defaults
             shown = {k: v for k, v in self.params.items() if not (isinstance(v, str) and defaults.get(k) == v)}
             base = self.name
+        elif is_expr_workload(self.name):
+            return self.name[len(EXPR_PREFIX):]
         else:
             shown = self.params
             base = f"{os.path.basename(self.name.rpartition(':')[0])}:{self._func_name}"

@@ -9,11 +9,31 @@ other's trials.
 """
 from __future__ import annotations
 
+import hashlib
+
 SAMPLERS = ("tpe", "random", "cmaes", "gp")
 
 
 class StorageError(RuntimeError):
     """The Optuna storage (``--storage`` URL) cannot be opened; the message says why in one line."""
+
+
+def target_fingerprint(target: dict) -> str:
+    """``"<cpu>-t<threads>-<hash of the features>"``: measurements of two targets with different
+    fingerprints never share a study (a kernel's speed depends on all three)."""
+    features = hashlib.sha1(str(target.get("features", "")).encode()).hexdigest()[:8]
+    return f"{target['cpu']}-t{target['threads']}-{features}"
+
+
+def study_name(workload_key: str, target: dict, sampler: str, space_tag: str) -> str:
+    """The study of one workload on one target: its name holds the workload key and the target's fingerprint."""
+    return f"{workload_key}-{target_fingerprint(target)}-{sampler}-{space_tag}"
+
+
+def is_shared(storage: str | None) -> bool:
+    """Whether ``storage`` is a database server several processes tune one study in at once
+    (PostgreSQL, MySQL), rather than a SQLite file searched as a copy in memory."""
+    return storage is not None and not str(storage).startswith("sqlite")
 
 
 def make_sampler(name: str, seed: int):
@@ -60,18 +80,31 @@ def open_study(storage: str | None, name: str, sampler):
     that :func:`write_back` updates (else None).  Raises :class:`StorageError` in one line."""
     import optuna
     try:
-        study = optuna.create_study(storage=storage, sampler=sampler, study_name=name,
-                                    direction="maximize", load_if_exists=True)
+        study = retry_schema_race(lambda: optuna.create_study(storage=storage, sampler=sampler, study_name=name,
+                                                              direction="maximize", load_if_exists=True))
     except ImportError:
         raise
     except Exception as err:  # noqa: BLE001 - SQLAlchemy/Optuna errors of a bad URL or unreachable database
         raise StorageError(f"cannot open the Optuna storage {storage!r}: {type(err).__name__}: "
                            f"{str(err).splitlines()[0] if str(err) else ''}") from None
-    if storage is None or not str(storage).startswith("sqlite"):
+    if storage is None or is_shared(storage):
         return study, None
     copy = optuna.create_study(sampler=sampler, study_name=name, direction="maximize")
     copy.add_trials(study.get_trials(deepcopy=False, states=finished_states()))
     return copy, study
+
+
+def retry_schema_race(fn, attempts: int = 5):
+    """``fn()``, tried again when it lost a race with another process creating the same tables or study
+    in a fresh database (an ``IntegrityError``: processes of a shared study often start together)."""
+    import time
+    for attempt in range(attempts):
+        try:
+            return fn()
+        except Exception as err:  # noqa: BLE001 - SQLAlchemy's IntegrityError, without importing SQLAlchemy here
+            if type(err).__name__ != "IntegrityError" or attempt == attempts - 1:
+                raise
+            time.sleep(0.2 * (attempt + 1))
 
 
 def write_back(study, mirror, synced: set):

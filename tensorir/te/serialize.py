@@ -97,7 +97,8 @@ def workload_to_json(tensors, *, names: bool = True) -> dict:
         ``{"format": FORMAT, "stages": [...], "tensors": [...]}`` where
         ``stages`` lists every stage (intermediates included) in canonical
         topological order, each ``{"op": "placeholder" | "compute", "shape",
-        "dtype", ["name"], ["body"]}``, and ``tensors`` gives the stage index
+        "dtype", ["name"], ["body"], ["axes"]}`` (``axes``: the spatial then reduce axis names,
+        with ``names`` only), and ``tensors`` gives the stage index
         of each entry of the workload list.  Expressions are nested lists
         ``[kind, operands...]``: ``["const", dtype, value]``, ``["var", "i0"]``,
         ``["add", a, b]``, ``["exp", a]``, ``["select", c, t, f]``,
@@ -115,6 +116,8 @@ def workload_to_json(tensors, *, names: bool = True) -> dict:
             var_names = {ax.var: f"i{n}" for n, ax in enumerate(t.op.axes)}
             var_names.update({ax.var: f"r{n}" for n, ax in enumerate(t.op.reduce_axes)})
             entry["body"] = _encode(t.op.body, var_names, index, t.name)
+            if names:   # schedules name loops after axes ("C.i"): kept so a trace replays on the rebuilt form
+                entry["axes"] = [ax.name for ax in t.op.axes] + [ax.name for ax in t.op.reduce_axes]
         out.append(entry)
     return {"format": FORMAT, "stages": out, "tensors": [index[id(t)] for t in tensors]}
 

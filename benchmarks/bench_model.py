@@ -1,0 +1,132 @@
+"""Whole models, untuned (heuristic starts), against onnxruntime, side by side in one process.
+
+    python benchmarks/bench_model.py [--models mlp,resnet18,mobilenet_block,bert_layer] [--threads 1,2]
+                                     [--rounds 5] [--layouts-ab] [--out FILE]
+
+For each model of ``tests/onnx_models.py`` (random weights, seeded):
+
+- import time (``tuner.model_api.load``) and compile time (``compile_model``: passes, fusion,
+  lowering, one kernel per distinct group with its heuristic start; the kernel cache is cleared
+  first, so it is a cold compile), and onnxruntime's session creation time;
+- the outputs checked against onnxruntime (max relative error, ``ORT_DISABLE_ALL``, 1 thread);
+- latency of ``model.run(feeds)`` and of ``InferenceSession.run`` (``ORT_ENABLE_ALL``, the same
+  intra-op thread count, ``session.intra_op.allow_spinning=0``, sequential execution), timed by
+  :func:`tuner.compare.side_by_side` (alternating rounds, a 0.2 s pause at each switch, medians);
+- with ``--layouts-ab``, also the model compiled with every value row-major (``layouts=False``:
+  conv outputs NCHW), timed in the same rounds (docs/decisions/024-model-conv-nhwc-layout.md).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import warnings
+
+import numpy as np
+
+MODELS = ("mlp", "resnet18", "mobilenet_block", "bert_layer")
+
+
+def ort_session(model, threads: int, optimize: bool = True):
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize
+                                   else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def feeds_for(model, graph, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    weights = {t.name for t in model.graph.initializer}
+    return {i.name: rng.standard_normal(graph.types[i.name].shape).astype(graph.types[i.name].dtype)
+            for i in model.graph.input if i.name not in weights}
+
+
+def bench(name: str, threads: int, rounds: int, log, layouts_ab: bool = False) -> dict:
+    import tests.onnx_models as models
+    from tensorir.runtime import clear_cache
+    from tuner.compare import side_by_side
+    from tuner.model_api import compile_model, load
+    model = getattr(models, name)()
+    t0 = time.perf_counter()
+    graph = load(model)
+    t1 = time.perf_counter()
+    clear_cache()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compiled = compile_model(graph, threads=threads)
+    t2 = time.perf_counter()
+    sess = ort_session(model, threads)
+    t3 = time.perf_counter()
+    feeds = feeds_for(model, graph)
+    want = ort_session(model, 1, optimize=False).run(None, feeds)
+    got = compiled.run(feeds)
+    err = max(float(np.abs(got[o.name] - w).max() / (np.abs(w).max() or 1.0))
+              for o, w in zip(model.graph.output, want))
+    fns = {"tensortune": lambda: compiled.run(feeds), "onnxruntime": lambda: sess.run(None, feeds)}
+    if layouts_ab:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            rowmajor = compile_model(graph, threads=threads, layouts=False)
+        compiled.threads = threads
+        fns["tensortune-rowmajor"] = lambda: rowmajor.run(feeds)
+    res = side_by_side(fns, rounds=rounds, min_repeat_ms=200)
+    info = compiled.info
+    row = {"model": name, "threads": threads, "nodes": len(graph.nodes), "groups": info["groups"],
+           "kernels": info["distinct_kernels"], "import_s": t1 - t0, "compile_s": t2 - t1, "ort_session_s": t3 - t2,
+           "rel_err": err, "tt_ms": res["tensortune"]["median"] * 1e3, "ort_ms": res["onnxruntime"]["median"] * 1e3,
+           "tt_all": res["tensortune"]["all"], "ort_all": res["onnxruntime"]["all"],
+           "memory": compiled.memory.summary()}
+    print(f"{name} threads={threads}: nodes {row['nodes']} groups {row['groups']} kernels {row['kernels']} | "
+          f"import {row['import_s']:.2f} s compile {row['compile_s']:.2f} s (ort session {row['ort_session_s']:.2f} s) "
+          f"| rel err {err:.1e} | tensortune {row['tt_ms']:.2f} ms, onnxruntime {row['ort_ms']:.2f} ms "
+          f"({row['ort_ms'] / row['tt_ms']:.2f}x) | {row['memory']}", file=log, flush=True)
+    if layouts_ab:
+        row["rowmajor_ms"] = res["tensortune-rowmajor"]["median"] * 1e3
+        print(f"  row-major (layouts=False) {row['rowmajor_ms']:.2f} ms: NHWC conv outputs are "
+              f"{row['rowmajor_ms'] / row['tt_ms']:.2f}x faster; raw ms: "
+              f"{' '.join(f'{v * 1e3:.3f}' for v in res['tensortune-rowmajor']['all'])}", file=log)
+    print(f"  raw tensortune ms: {' '.join(f'{v * 1e3:.3f}' for v in row['tt_all'])}", file=log)
+    print(f"  raw onnxruntime ms: {' '.join(f'{v * 1e3:.3f}' for v in row['ort_all'])}", file=log, flush=True)
+    return row
+
+
+def table(rows) -> str:
+    out = ["| model | threads | groups / kernels | import s | compile s | rel err vs ORT | tensortune ms | "
+           "onnxruntime ms | ORT / tensortune |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['model']} | {r['threads']} | {r['groups']} / {r['kernels']} | {r['import_s']:.2f} | "
+                   f"{r['compile_s']:.2f} | {r['rel_err']:.1e} | {r['tt_ms']:.2f} | {r['ort_ms']:.2f} | "
+                   f"{r['ort_ms'] / r['tt_ms']:.2f}x |")
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument("--threads", default="1,2")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--layouts-ab", action="store_true", help="also time the model with every value row-major")
+    p.add_argument("--out", help="also write the raw output to FILE")
+    args = p.parse_args(argv)
+    import llvmlite.binding as llvm
+    log = open(args.out, "w") if args.out else sys.stdout
+    print(f"host {llvm.get_host_cpu_name()}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", file=log)
+    rows = []
+    for threads in [int(t) for t in args.threads.split(",")]:
+        for name in args.models.split(","):
+            rows.append(bench(name, threads, args.rounds, log, args.layouts_ab))
+    text = table(rows)
+    print(text, file=log)
+    if log is not sys.stdout:
+        log.close()
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""MatMul, Gemm and Conv as tensor expressions: one reduction stage (the tuner's anchor), then an
+elementwise epilogue stage for what follows it (Gemm's alpha/beta/C, Conv's bias) so the space
+tiles the reduction and computes it per tile of the epilogue, as for ``tensorir.ops.dense``.
+"""
+from __future__ import annotations
+
+from graph.lower.core import LoweringError, broadcast_index, storage_dtype
+from graph.lower.elementwise import lowering
+from tensorir import te
+
+
+def _float(node, *vals):
+    for v in vals:
+        if v is not None and storage_dtype(v.dtype) not in ("float32", "float64"):
+            raise LoweringError(f"node {node.name} ({node.op}): needs float operands, got {v.dtype}")
+
+
+@lowering("MatMul")
+def _matmul(ctx, node, ins, outs):
+    a, b = ins
+    _float(node, a, b)
+    k = te.reduce_axis(a.shape[-1], "k")
+
+    def f(*idx):
+        idx = list(idx)
+        j = idx.pop() if b.rank > 1 else None
+        i = idx.pop() if a.rank > 1 else None
+        batch = outs[0].shape[:len(idx)]
+        a_idx = broadcast_index(idx, a.shape[:-2], batch) + ([i] if i is not None else []) + [k]
+        b_idx = broadcast_index(idx, b.shape[:-2], batch) + [k] + ([j] if j is not None else [])
+        return te.sum(a(*a_idx) * b(*b_idx), axis=k)
+    return [ctx.emit(outs[0].shape, outs[0].dtype, f, "matmul")]
+
+
+@lowering("Gemm")
+def _gemm(ctx, node, ins, outs):
+    a, b, c = (list(ins) + [None])[:3]
+    _float(node, a, b, c)
+    ta, tb = node.attr("transA", 0), node.attr("transB", 0)
+    alpha, beta = float(node.attr("alpha", 1.0)), float(node.attr("beta", 1.0))
+    k = te.reduce_axis(a.shape[0] if ta else a.shape[1], "k")
+    shape, dtype = outs[0].shape, outs[0].dtype
+    prod = ctx.emit(shape, dtype, lambda i, j: te.sum((a(k, i) if ta else a(i, k)) * (b(j, k) if tb else b(k, j)),
+                                                      axis=k), "gemm")
+    if c is None or beta == 0.0:
+        if alpha == 1.0:
+            return [prod]
+        return [ctx.emit(shape, dtype, lambda i, j: prod(i, j) * alpha, "scale")]
+
+    def epilogue(i, j):
+        y = prod(i, j) if alpha == 1.0 else prod(i, j) * alpha
+        cc = c.at((i, j), shape)
+        return y + (cc if beta == 1.0 else cc * beta)
+    return [ctx.emit(shape, dtype, epilogue, "bias")]
+
+
+@lowering("Conv")
+def _conv(ctx, node, ins, outs):
+    x, w, bias = (list(ins) + [None])[:3]
+    _float(node, x, w, bias)
+    n_, c_, h_, w_ = x.shape
+    k_, cg, r_, s_ = w.shape
+    group = node.attr("group", 1)
+    sh, sw = node.attr("strides", (1, 1))
+    pt, pl, pb, pr = node.attr("pads", (0, 0, 0, 0))
+    dh, dw = node.attr("dilations", (1, 1))
+    shape, dtype = outs[0].shape, outs[0].dtype
+    _, _, p_, q_ = shape
+    kg = k_ // group
+    src = pad(ctx, x, (pt, pl), (max(0, (p_ - 1) * sh + (r_ - 1) * dh + 1 - h_ - pt),
+                                 max(0, (q_ - 1) * sw + (s_ - 1) * dw + 1 - w_ - pl)), 0.0)
+    rr, rs = te.reduce_axis(r_, "r"), te.reduce_axis(s_, "s")
+    rc = te.reduce_axis(cg, "c") if cg > 1 else None
+
+    def f(n, k, p, q):
+        if rc is None:      # one input channel per output channel (depthwise): no reduce axis over it
+            chan = k // kg if kg > 1 else k
+        else:
+            chan = rc if group == 1 else (k // kg) * cg + rc
+        h = p * sh + rr * dh if (sh, dh) != (1, 1) else p + rr
+        wi = q * sw + rs * dw if (sw, dw) != (1, 1) else q + rs
+        axes = [rc, rr, rs] if rc is not None else [rr, rs]
+        return te.sum(src(n, chan, h, wi) * w(k, rc if rc is not None else 0, rr, rs), axis=axes)
+    y = ctx.emit(shape, dtype, f, "conv")
+    if bias is None:
+        return [y]
+    return [ctx.emit(shape, dtype, lambda n, k, p, q: y(n, k, p, q) + bias(k), "bias")]
+
+
+def pad(ctx, x, lo: tuple, hi: tuple, value):
+    """``x`` (NCHW) padded on its last two dims by ``lo`` (top, left) and ``hi`` (bottom, right) with
+    ``value``; ``x`` itself when nothing is padded. The pad stage is elementwise: the space inlines it."""
+    (pt, pl), (pb, pr) = lo, hi
+    if not (pt or pl or pb or pr):
+        return x
+    n_, c_, h_, w_ = x.shape
+
+    def f(n, c, h, w):
+        conds = []
+        if pt:
+            conds.append(h >= pt)
+        if pb:
+            conds.append(h < h_ + pt)
+        if pl:
+            conds.append(w >= pl)
+        if pr:
+            conds.append(w < w_ + pl)
+        hi_ = h - pt if pt else h
+        wi_ = w - pl if pl else w
+        return te.if_then_else(te.all(*conds), x(n, c, hi_, wi_), te.const(value, storage_dtype(x.dtype)))
+    return ctx.emit((n_, c_, h_ + pt + pb, w_ + pl + pr), x.dtype, f, "pad")

@@ -1,0 +1,248 @@
+"""Converters of the ops defined in ``graph.ops.activation``, ``graph.ops.extra``,
+``graph.ops.reduce_extra`` and ``graph.ops.deconv``, and of the ONNX ops imported as chains of existing kinds: Sum, Mean,
+Max, Min (binary chains, Mean with a Div) and Split (one Slice per output)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from graph.onnx_import.nn_ops import axis_of
+from graph.onnx_import.registry import converter, one_of
+
+
+def _ints(array) -> list:
+    return [int(v) for v in np.asarray(array).reshape(-1)]
+
+
+def _axes(ctx, node, rank: int, index: int, attr: str = "axes"):
+    """Non-negative axes from the attribute (older opsets) or the constant input ``index``; None if neither."""
+    if attr in node.attrs:
+        raw = list(node.attrs[attr])
+    elif node.input(index):
+        raw = _ints(ctx.const(node, node.input(index), attr))
+    else:
+        return None
+    axes = [axis_of(node, a, rank) for a in raw]
+    if len(set(axes)) != len(axes):
+        raise node.error(f"{attr} {raw} repeat an axis")
+    return axes
+
+
+# ------------------------------------------------------------------ activations and rounding
+
+ACTIVATION_ATTRS = {
+    "LeakyRelu": ("alpha",), "ThresholdedRelu": ("alpha",), "Elu": ("alpha",), "Selu": ("alpha", "gamma"),
+    "HardSigmoid": ("alpha", "beta"), "HardSwish": (), "Softplus": (), "Softsign": (), "Mish": (), "Celu": ("alpha",),
+    "Shrink": ("bias", "lambd"), "Sin": (), "Cos": (),
+    "Floor": (), "Ceil": (), "Round": (), "Sign": (),
+}
+
+
+def _activation(ctx, node):
+    attrs = {k: float(node.attrs[k]) for k in ACTIVATION_ATTRS[node.op_type] if k in node.attrs}
+    ctx.emit(node, node.op_type, [node.input(0)], node.outputs[0], **attrs)
+
+
+for _op, _keys in ACTIVATION_ATTRS.items():
+    converter(_op, attrs={k: None for k in _keys})(_activation)
+
+
+@converter("PRelu", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor")
+def _binary(ctx, node):
+    ctx.emit(node, node.op_type, [node.input(0), node.input(1)], node.outputs[0])
+
+
+@converter("Not")
+def _not(ctx, node):
+    ctx.emit(node, "Not", [node.input(0)], node.outputs[0])
+
+
+@converter("LogSoftmax", attrs={"axis": None})
+def _log_softmax(ctx, node):
+    rank = ctx.type(node.input(0)).rank
+    ctx.emit(node, "LogSoftmax", [node.input(0)], node.outputs[0], axis=axis_of(node, node.attr("axis", -1), rank))
+
+
+# ------------------------------------------------------------------ variadic Sum, Mean, Max, Min
+
+_CHAIN = {"Sum": "Add", "Mean": "Add", "Max": "Max", "Min": "Min"}
+
+
+@converter(*_CHAIN)
+def _variadic(ctx, node):
+    inputs = [v for v in node.inputs if v]
+    if not inputs:
+        raise node.error("needs at least one input")
+    last = len(inputs) - 1 if node.op_type != "Mean" else len(inputs)
+    acc = inputs[0]
+    for i, v in enumerate(inputs[1:], 1):
+        acc = ctx.emit(node, _CHAIN[node.op_type], [acc, v], node.outputs[0] if i == last else None)
+    if node.op_type == "Mean" and len(inputs) > 1:
+        count = ctx.fresh(f"{node.name}/count")
+        ctx.set_known(count, np.array(len(inputs), dtype=ctx.type(inputs[0]).dtype))
+        ctx.emit(node, "Div", [acc, count], node.outputs[0])
+    elif len(inputs) == 1:
+        ctx.alias(node.outputs[0], inputs[0])
+
+
+# ------------------------------------------------------------------ Split, Pad, Tile
+
+@converter("Split", attrs={"axis": None, "num_outputs": None})
+def _split(ctx, node):
+    shape = ctx.type(node.input(0)).shape
+    axis = axis_of(node, node.attr("axis", 0), len(shape))
+    size, n = shape[axis], len(node.outputs)
+    if node.input(1):
+        sizes = _ints(ctx.const(node, node.input(1), "split"))
+        if len(sizes) != n or sum(sizes) != size or min(sizes) < 0:
+            raise node.error(f"split {sizes} does not cut axis {axis} (size {size}) into {n} outputs")
+    elif "num_outputs" in node.attrs:
+        if node.attrs["num_outputs"] != n or n < 1:
+            raise node.error(f"num_outputs={node.attrs['num_outputs']} but the node has {n} outputs")
+        chunk = math.ceil(size / n)
+        sizes = [max(0, min(chunk, size - i * chunk)) for i in range(n)]
+        if sizes[-1] == 0:
+            raise node.error(f"axis {axis} of size {size} does not split into {n} non-empty chunks")
+    else:
+        if size % n:
+            raise node.error(f"axis {axis} of size {size} does not split evenly into {n} outputs")
+        sizes = [size // n] * n
+    start = 0
+    for out, length in zip(node.outputs, sizes):
+        if out:
+            ctx.emit(node, "Slice", [node.input(0)], out, starts=(start,), ends=(start + length,), axes=(axis,),
+                     steps=(1,))
+        start += length
+
+
+@converter("Pad", attrs={"mode": one_of("constant", "reflect", "edge")})
+def _pad(ctx, node):
+    x = ctx.type(node.input(0))
+    pads = _ints(ctx.const(node, node.input(1), "pads"))
+    axes = _axes(ctx, node, x.rank, 3)
+    axes = list(range(x.rank)) if axes is None else axes
+    if len(pads) != 2 * len(axes):
+        raise node.error(f"pads {pads} need 2 entries per padded axis ({len(axes)} axes)")
+    full = [0] * (2 * x.rank)
+    for j, a in enumerate(axes):
+        full[a], full[x.rank + a] = pads[j], pads[len(axes) + j]
+    value = 0.0
+    if node.input(2):
+        v = ctx.const(node, node.input(2), "constant_value")
+        if v.size != 1:
+            raise node.error(f"constant_value must be a scalar, got shape {v.shape}")
+        value = float(v.reshape(-1)[0])
+    ctx.emit(node, "Pad", [node.input(0)], node.outputs[0], pads=tuple(full), mode=node.attr("mode", "constant"),
+             value=value)
+
+
+@converter("Tile")
+def _tile(ctx, node):
+    repeats = _ints(ctx.const(node, node.input(1), "repeats"))
+    ctx.emit(node, "Tile", [node.input(0)], node.outputs[0], repeats=tuple(repeats))
+
+
+# ------------------------------------------------------------------ reductions, ArgMax/ArgMin, LRN
+
+@converter("ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare",
+           attrs={"axes": None, "keepdims": None, "noop_with_empty_axes": None})
+def _reduce(ctx, node):
+    rank = ctx.type(node.input(0)).rank
+    axes = _axes(ctx, node, rank, 1)
+    if not axes:
+        if node.attr("noop_with_empty_axes", 0):
+            ctx.alias(node.outputs[0], node.input(0))
+            return
+        axes = range(rank)
+    ctx.emit(node, node.op_type, [node.input(0)], node.outputs[0], axes=tuple(sorted(axes)),
+             keepdims=int(node.attr("keepdims", 1)))
+
+
+@converter("ArgMax", "ArgMin", attrs={"axis": None, "keepdims": None, "select_last_index": None})
+def _arg(ctx, node):
+    rank = ctx.type(node.input(0)).rank
+    ctx.emit(node, node.op_type, [node.input(0)], node.outputs[0], axis=axis_of(node, node.attr("axis", 0), rank),
+             keepdims=int(node.attr("keepdims", 1)), select_last_index=int(node.attr("select_last_index", 0)))
+
+
+@converter("LRN", attrs={"size": None, "alpha": None, "beta": None, "bias": None})
+def _lrn(ctx, node):
+    attrs = {k: float(node.attrs[k]) for k in ("alpha", "beta", "bias") if k in node.attrs}
+    ctx.emit(node, "LRN", [node.input(0)], node.outputs[0], size=int(node.attr("size", 0)), **attrs)
+
+
+# ------------------------------------------------------------------ ConvTranspose
+
+def _check_deconv(node, initializer_shapes) -> list:
+    problems = []
+    w = initializer_shapes.get(node.input(1))
+    rank = len(node.attrs["kernel_shape"]) if "kernel_shape" in node.attrs else (len(w) - 2 if w else None)
+    if rank is not None and rank != 2:
+        problems.append(f"only 2-d ConvTranspose is supported (this one is {rank}-d)")
+    if "output_shape" in node.attrs:
+        problems.append("output_shape is not supported (give pads and output_padding)")
+    return problems
+
+
+@converter("ConvTranspose", check=_check_deconv, attrs={
+    "auto_pad": one_of("NOTSET", "VALID"), "dilations": None, "group": None, "kernel_shape": None,
+    "output_padding": None, "output_shape": None, "pads": None, "strides": None})
+def _conv_transpose(ctx, node):
+    x, w = ctx.type(node.input(0)), ctx.type(node.input(1))
+    if x.rank != 4 or w.rank != 4:
+        raise node.error(f"only 2-d (NCHW) input is supported, got shapes {x.shape} and {w.shape}")
+    kernel = tuple(node.attr("kernel_shape", w.shape[2:]))
+    if kernel != tuple(w.shape[2:]):
+        raise node.error(f"kernel_shape {kernel} differs from the weights' {w.shape[2:]}")
+    pads = (0, 0, 0, 0) if node.attr("auto_pad", "NOTSET") == "VALID" else tuple(node.attr("pads", (0, 0, 0, 0)))
+    ctx.emit(node, "ConvTranspose", [node.input(0), node.input(1), node.input(2)], node.outputs[0],
+             strides=tuple(node.attr("strides", (1, 1))), pads=pads, dilations=tuple(node.attr("dilations", (1, 1))),
+             output_padding=tuple(node.attr("output_padding", (0, 0))), group=node.attr("group", 1))
+
+
+@converter("CumSum", attrs={"exclusive": None, "reverse": None})
+def _cumsum(ctx, node):
+    rank = ctx.type(node.input(0)).rank
+    axis = np.asarray(ctx.const(node, node.input(1), "axis"))
+    if axis.size != 1:
+        raise node.error(f"axis must be a scalar, got shape {axis.shape}")
+    ctx.emit(node, "CumSum", [node.input(0)], node.outputs[0], axis=axis_of(node, int(axis.reshape(-1)[0]), rank),
+             exclusive=int(node.attr("exclusive", 0)), reverse=int(node.attr("reverse", 0)))
+
+
+@converter("Mod", attrs={"fmod": None})
+def _mod(ctx, node):
+    ctx.emit(node, "Mod", [node.input(0), node.input(1)], node.outputs[0], fmod=int(node.attr("fmod", 0)))
+
+
+@converter("Trilu", attrs={"upper": None})
+def _trilu(ctx, node):
+    k = 0
+    if node.input(1):
+        value = np.asarray(ctx.const(node, node.input(1), "k"))
+        if value.size != 1:
+            raise node.error(f"k must be a scalar, got shape {value.shape}")
+        k = int(value.reshape(-1)[0])
+    ctx.emit(node, "Trilu", [node.input(0)], node.outputs[0], upper=int(node.attr("upper", 1)), k=k)
+
+
+@converter("GatherElements", attrs={"axis": None})
+def _gather_elements(ctx, node):
+    rank = ctx.type(node.input(0)).rank
+    ctx.emit(node, "GatherElements", [node.input(0), node.input(1)], node.outputs[0],
+             axis=axis_of(node, node.attr("axis", 0), rank))
+
+
+@converter("TopK", attrs={"axis": None, "largest": None, "sorted": None})
+def _topk(ctx, node):
+    # sorted=0 leaves the order to the implementation: the sorted order is one
+    x = ctx.type(node.input(0))
+    k = np.asarray(ctx.const(node, node.input(1), "K"))
+    if k.size != 1:
+        raise node.error(f"K must hold one value, got shape {k.shape}")
+    axis = axis_of(node, node.attr("axis", -1), x.rank)
+    for i, out in enumerate(node.outputs[:2]):
+        if out:
+            ctx.emit(node, "TopK", [node.input(0)], out, axis=axis, k=int(k.reshape(-1)[0]),
+                     largest=int(node.attr("largest", 1)), output=i)

@@ -1,0 +1,229 @@
+"""A compiled model: kernels run in plan order over planned buffers, on numpy inputs.
+
+Imports nothing of the compiler (numpy only): the compile glue (``tuner.model_compile``) hands
+it the kernels as callables ``kernel(*arrays)`` that write their outputs in place.
+
+>>> outputs = model.run({"x": x})          # doctest: +SKIP
+>>> model(x)                               # positional, in input order; same dict
+
+Every value lives in a buffer of its kernel dtype (float32, float64 or int32: int64 and bool
+values are stored as int32, rank 0 as shape (1,)); inputs are converted on the way in and
+outputs back to their graph dtype on the way out.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from graph.runtime.plan import MemoryPlan, plan_memory
+
+
+class ModelInputError(ValueError):
+    """A wrong input name, shape or dtype given to :meth:`CompiledModel.run`; one line."""
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A value's buffer: its graph name, graph shape and dtype, kernel shape and dtype."""
+    name: str
+    shape: tuple
+    dtype: str
+    storage_shape: tuple
+    storage_dtype: str
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.storage_shape)) * np.dtype(self.storage_dtype).itemsize
+
+
+@dataclass(frozen=True)
+class Step:
+    """One kernel call: ``kernel(*[buffers[i] for i in args])``; ``label`` names the fused group."""
+    kernel: object
+    args: tuple
+    label: str
+
+
+class CompiledModel:
+    """A model ready to run: buffers, constants, kernel steps and a memory plan.
+
+    Parameters
+    ----------
+    name : str
+    buffers : list of Buffer
+        Every value a step reads or writes; steps refer to them by index.
+    inputs, outputs : list of int
+        Buffer ids of the model's inputs and outputs, in call order.
+    constants : dict
+        Buffer id -> array (kernel dtype and shape): weights and lowering constants.
+    steps : list of Step
+    info : dict, optional
+        Anything the compiler wants to show (kernels, lookups, compile time).
+    """
+
+    def __init__(self, name: str, buffers, inputs, outputs, constants: dict, steps, info: dict | None = None):
+        self.name = name
+        self.buffers = list(buffers)
+        self.input_ids = list(inputs)
+        self.output_ids = list(outputs)
+        self.constants = dict(constants)
+        self.steps = list(steps)
+        self.info = dict(info or {})
+        self.memory = self._plan()
+        self._lock = threading.Lock()
+        self._arrays = None
+        self._bound = None
+        self._threads = None
+
+    # ------------------------------------------------------------ planning
+    def _plan(self) -> MemoryPlan:
+        fixed = set(self.input_ids) | set(self.output_ids) | set(self.constants)
+        live = {}
+        for n, step in enumerate(self.steps):
+            for b in step.args:
+                if b in fixed:
+                    continue
+                first, _ = live.get(b, (n, n))
+                live[b] = (first, n)
+        return plan_memory({b: self.buffers[b].nbytes for b in live}, live)
+
+    @property
+    def input_names(self) -> list:
+        return [self.buffers[b].name for b in self.input_ids]
+
+    @property
+    def output_names(self) -> list:
+        return [self.buffers[b].name for b in self.output_ids]
+
+    def _allocate(self) -> list:
+        arena = np.zeros(max(1, self.memory.arena_bytes) + 64, np.uint8)
+        base = (-arena.ctypes.data) % 64
+        arrays = [None] * len(self.buffers)
+        for b, off in self.memory.offsets.items():
+            buf = self.buffers[b]
+            start = base + off
+            arrays[b] = arena[start:start + buf.nbytes].view(buf.storage_dtype).reshape(buf.storage_shape)
+        for b, a in self.constants.items():
+            arrays[b] = a
+        for b in self.input_ids + self.output_ids:
+            if arrays[b] is None:
+                buf = self.buffers[b]
+                arrays[b] = np.zeros(buf.storage_shape, buf.storage_dtype)
+        self._arena = arena
+        return arrays
+
+    def _bind(self) -> list:
+        bound = []
+        for step in self.steps:
+            args = [self._arrays[b] for b in step.args]
+            if self._threads is not None and hasattr(step.kernel, "threads"):
+                # kernels may be shared with other models (the compiler caches them): a bound call
+                # keeps the thread count it was bound with
+                step.kernel.threads = self._threads
+            bind = getattr(step.kernel, "bind", None)
+            bound.append(bind(*args) if bind is not None else (lambda k=step.kernel, a=args: k(*a)))
+        return bound
+
+    @property
+    def threads(self):
+        """Threads of the kernels' parallel loops (None: as the kernels were built)."""
+        return self._threads
+
+    @threads.setter
+    def threads(self, n: int) -> None:
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise ValueError(f"model {self.name}: threads must be a positive int, got {n!r}")
+        with self._lock:
+            self._threads = int(n)
+            self._bound = None
+
+    # ------------------------------------------------------------ running
+    def check_feeds(self, feeds: dict) -> list:
+        """The feeds as kernel-dtype arrays in input order; ModelInputError naming the first problem."""
+        if not isinstance(feeds, dict):
+            raise ModelInputError(f"model {self.name}: feeds must be a dict name -> array, got {type(feeds).__name__}")
+        names = self.input_names
+        unknown = [k for k in feeds if k not in names]
+        if unknown:
+            raise ModelInputError(f"model {self.name}: no input named {unknown[0]!r}; inputs: {', '.join(names)}")
+        out = []
+        for b in self.input_ids:
+            buf = self.buffers[b]
+            if buf.name not in feeds:
+                raise ModelInputError(f"model {self.name}: input {buf.name!r} is missing "
+                                      f"(expected {buf.dtype}{list(buf.shape)})")
+            a = np.asarray(feeds[buf.name])
+            if a.shape != buf.shape:
+                raise ModelInputError(f"model {self.name}: input {buf.name!r} has shape {a.shape}, expected "
+                                      f"{buf.shape}")
+            if a.dtype.name != buf.dtype:
+                raise ModelInputError(f"model {self.name}: input {buf.name!r} has dtype {a.dtype.name}, expected "
+                                      f"{buf.dtype}")
+            out.append(a)
+        return out
+
+    def run(self, feeds: dict) -> dict:
+        """Run the model on ``feeds`` (input name -> numpy array); returns output name -> array."""
+        arrays = self.check_feeds(feeds)
+        with self._lock:
+            if self._arrays is None:
+                self._arrays = self._allocate()
+            if self._bound is None:
+                self._bound = self._bind()
+            for b, a in zip(self.input_ids, arrays):
+                buf = self.buffers[b]
+                if buf.dtype != buf.storage_dtype and buf.dtype == "int64" and a.size and \
+                        (a.min() < -2 ** 31 or a.max() >= 2 ** 31):
+                    raise ModelInputError(f"model {self.name}: input {buf.name!r} holds values outside int32")
+                np.copyto(self._arrays[b], a.reshape(buf.storage_shape), casting="unsafe")
+            for call in self._bound:
+                call()
+            result = {}
+            for b in self.output_ids:
+                buf = self.buffers[b]
+                a = self._arrays[b].reshape(buf.shape)
+                result[buf.name] = (a != 0) if buf.dtype == "bool" else a.astype(buf.dtype, copy=True)
+        return result
+
+    def profile(self, feeds: dict, min_seconds: float = 0.02) -> list:
+        """Seconds per call of each step on ``feeds``: ``[{"step", "label", "seconds"}]`` in plan order.
+
+        Each step is repeated for at least ``min_seconds`` after the whole model ran once; for
+        finding which fused group dominates a model's latency, not for comparisons (use
+        ``benchmarks/`` for those).
+        """
+        self.run(feeds)
+        out = []
+        with self._lock:
+            for n, (step, call) in enumerate(zip(self.steps, self._bound)):
+                calls, t0 = 0, time.perf_counter()
+                while True:
+                    call()
+                    calls += 1
+                    elapsed = time.perf_counter() - t0
+                    if elapsed >= min_seconds:
+                        break
+                out.append({"step": n, "label": step.label, "seconds": elapsed / calls})
+        return out
+
+    def __call__(self, *args, **feeds):
+        """``model(x, y)`` (input order) or ``model(x=..., y=...)``: the outputs dict."""
+        if args:
+            if len(args) != len(self.input_ids):
+                raise ModelInputError(f"model {self.name}: takes {len(self.input_ids)} input(s) "
+                                      f"({', '.join(self.input_names)}), got {len(args)}")
+            feeds = {**dict(zip(self.input_names, args)), **feeds}
+        return self.run(feeds)
+
+    def summary(self) -> str:
+        """A few lines: inputs, outputs, kernels, steps, memory plan."""
+        kernels = len({id(s.kernel) for s in self.steps})
+        ins = ", ".join(f"{self.buffers[b].name}: {self.buffers[b].dtype}{list(self.buffers[b].shape)}"
+                        for b in self.input_ids)
+        outs = ", ".join(f"{self.buffers[b].name}: {self.buffers[b].dtype}{list(self.buffers[b].shape)}"
+                         for b in self.output_ids)
+        return (f"model {self.name}({ins}) -> ({outs})\n"
+                f"  {len(self.steps)} steps, {kernels} distinct kernels\n  {self.memory.summary()}")

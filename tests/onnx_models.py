@@ -1,0 +1,235 @@
+"""ONNX models built with ``onnx.helper`` for tests and benchmarks (random seeded weights).
+
+Each builder returns an ``onnx.ModelProto`` that passes ``onnx.checker`` and runs in onnxruntime,
+with one float32 input named ``input`` and one output named ``output``. Node and value names
+follow the PyTorch exporter's style (``/layer1/layer1.0/conv1/Conv_output_0``).
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+class ModelMaker:
+    """Accumulates nodes and initializers; names nodes ``{scope}/{Op}`` like the PyTorch exporter."""
+
+    def __init__(self, seed: int = 0, opset: int = 13):
+        self.rng = np.random.default_rng(seed)
+        self.opset = opset
+        self.nodes: list = []
+        self.initializers: list = []
+        self._names: set = set()
+
+    def _unique(self, name: str) -> str:
+        base, i = name, 1
+        while name in self._names:
+            name, i = f"{base}_{i}", i + 1
+        self._names.add(name)
+        return name
+
+    def init(self, name: str, array) -> str:
+        """An initializer (weights or a constant input)."""
+        name = self._unique(name)
+        self.initializers.append(numpy_helper.from_array(np.asarray(array), name))
+        return name
+
+    def weight(self, name: str, shape: tuple, scale: float) -> str:
+        return self.init(name, (self.rng.standard_normal(shape) * scale).astype(np.float32))
+
+    def ints(self, name: str, values) -> str:
+        return self.init(name, np.asarray(values, np.int64))
+
+    def scalar(self, name: str, value: float) -> str:
+        return self.init(name, np.asarray(value, np.float32))
+
+    def node(self, op: str, inputs, scope: str, outputs: int = 1, **attrs):
+        """Add ``op``; returns its output name (a list when ``outputs`` > 1)."""
+        name = self._unique(f"{scope}/{op}")
+        outs = [f"{name}_output_{i}" for i in range(outputs)]
+        self.nodes.append(helper.make_node(op, list(inputs), outs, name=name, **attrs))
+        return outs[0] if outputs == 1 else outs
+
+    def axes(self, node_inputs: list, scope: str, axes, since: int) -> dict:
+        """Axes as an attribute before opset ``since``, else as an added int64 input."""
+        if self.opset >= since:
+            node_inputs.append(self.ints(f"{scope}/axes", axes))
+            return {}
+        return {"axes": list(axes)}
+
+    def reduce_mean(self, x: str, scope: str, axes) -> str:
+        ins = [x]
+        attrs = self.axes(ins, scope, axes, since=18)
+        return self.node("ReduceMean", ins, scope, keepdims=1, **attrs)
+
+    def model(self, name: str, input_shape: tuple, output: str, output_shape: tuple) -> onnx.ModelProto:
+        for node in self.nodes:        # the last node defines the graph output under its ONNX name
+            node.output[:] = ["output" if o == output else o for o in node.output]
+            node.input[:] = ["output" if i == output else i for i in node.input]
+        graph = helper.make_graph(
+            self.nodes, name, [helper.make_tensor_value_info("input", TensorProto.FLOAT, list(input_shape))],
+            [helper.make_tensor_value_info("output", TensorProto.FLOAT, list(output_shape))], self.initializers)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)],
+                                  producer_name="tensortune-tests")
+        model.ir_version = min(model.ir_version, 8)    # readable by older onnxruntime builds too
+        onnx.checker.check_model(model)
+        return model
+
+
+# ------------------------------------------------------------------ MLP
+
+def mlp(batch: int = 32, sizes=(1024, 2048, 2048, 1000), seed: int = 0, opset: int = 13) -> onnx.ModelProto:
+    """Gemm (transB=1, as exported from nn.Linear) + Relu layers; no Relu after the last Gemm."""
+    m = ModelMaker(seed, opset)
+    x = "input"
+    for i, (n_in, n_out) in enumerate(itertools.pairwise(sizes)):
+        scope = f"/fc{i}"
+        w = m.weight(f"fc{i}.weight", (n_out, n_in), 1 / math.sqrt(n_in))
+        b = m.weight(f"fc{i}.bias", (n_out,), 0.1)
+        x = m.node("Gemm", [x, w, b], scope, alpha=1.0, beta=1.0, transB=1)
+        if i < len(sizes) - 2:
+            x = m.node("Relu", [x], f"/relu{i}")
+    return m.model("mlp", (batch, sizes[0]), x, (batch, sizes[-1]))
+
+
+# ------------------------------------------------------------------ ResNet-18
+
+def _conv_bn(m: ModelMaker, x: str, scope: str, c_in: int, c_out: int, k: int, stride: int, relu: bool) -> str:
+    param = scope.strip("/").replace("/", ".")      # weights are named like module parameters
+    w = m.weight(f"{param}.conv.weight", (c_out, c_in, k, k), math.sqrt(2 / (c_in * k * k)))
+    y = m.node("Conv", [x, w], f"{scope}/conv", kernel_shape=[k, k], strides=[stride, stride],
+               pads=[k // 2] * 4, dilations=[1, 1], group=1)
+    bn = [m.init(f"{param}.bn.{p}", v.astype(np.float32)) for p, v in (
+        ("weight", m.rng.uniform(0.5, 1.5, c_out)), ("bias", m.rng.uniform(-0.2, 0.2, c_out)),
+        ("running_mean", m.rng.uniform(-0.2, 0.2, c_out)), ("running_var", m.rng.uniform(0.5, 1.5, c_out)))]
+    y = m.node("BatchNormalization", [y] + bn, f"{scope}/bn", epsilon=1e-5, momentum=0.9)
+    return m.node("Relu", [y], f"{scope}/relu") if relu else y
+
+
+def resnet18(batch: int = 1, size: int = 224, seed: int = 0, classes: int = 1000,
+             opset: int = 13) -> onnx.ModelProto:
+    """torchvision's ResNet-18 as exported without BatchNorm folding (random weights)."""
+    m = ModelMaker(seed, opset)
+    x = _conv_bn(m, "input", "/conv1", 3, 64, 7, 2, relu=True)
+    x = m.node("MaxPool", [x], "/maxpool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    c_in = 64
+    for layer, c_out in enumerate((64, 128, 256, 512), start=1):
+        for block in range(2):
+            scope = f"/layer{layer}/layer{layer}.{block}"
+            stride = 2 if block == 0 and layer > 1 else 1
+            y = _conv_bn(m, x, f"{scope}/conv1", c_in, c_out, 3, stride, relu=True)
+            y = _conv_bn(m, y, f"{scope}/conv2", c_out, c_out, 3, 1, relu=False)
+            short = _conv_bn(m, x, f"{scope}/downsample", c_in, c_out, 1, stride, relu=False) \
+                if stride != 1 or c_in != c_out else x
+            x = m.node("Relu", [m.node("Add", [y, short], scope)], f"{scope}/relu")
+            c_in = c_out
+    x = m.node("GlobalAveragePool", [x], "/avgpool")
+    x = m.node("Flatten", [x], "/flatten", axis=1)
+    w = m.weight("fc.weight", (classes, 512), 1 / math.sqrt(512))
+    x = m.node("Gemm", [x, w, m.weight("fc.bias", (classes,), 0.1)], "/fc", alpha=1.0, beta=1.0, transB=1)
+    return m.model("resnet18", (batch, 3, size, size), x, (batch, classes))
+
+
+# ------------------------------------------------------------------ MobileNet-V2 block
+
+def mobilenet_block(batch: int = 1, channels: int = 32, expansion: int = 6, size: int = 56, seed: int = 0,
+                    opset: int = 13) -> onnx.ModelProto:
+    """An inverted residual block (BatchNorm folded into biased convs, as exported for inference):
+    1x1 expand + ReLU6, depthwise 3x3 (group = channels) + ReLU6, 1x1 project, residual Add.
+    ReLU6 is Clip with min/max inputs (opset 13)."""
+    m = ModelMaker(seed, opset)
+    hidden = channels * expansion
+    lo, hi = m.scalar("relu6.min", 0.0), m.scalar("relu6.max", 6.0)
+
+    def conv(x, scope, c_in, c_out, k, group):
+        param = scope.strip("/").replace("/", ".")
+        w = m.weight(f"{param}.weight", (c_out, c_in // group, k, k), math.sqrt(2 / (c_in // group * k * k)))
+        b = m.weight(f"{param}.bias", (c_out,), 0.1)
+        return m.node("Conv", [x, w, b], scope, kernel_shape=[k, k], pads=[k // 2] * 4, group=group)
+
+    y = m.node("Clip", [conv("input", "/conv/0", channels, hidden, 1, 1), lo, hi], "/conv/0/relu6")
+    y = m.node("Clip", [conv(y, "/conv/1", hidden, hidden, 3, hidden), lo, hi], "/conv/1/relu6")
+    y = conv(y, "/conv/2", hidden, channels, 1, 1)
+    y = m.node("Add", ["input", y], "/add")
+    shape = (batch, channels, size, size)
+    return m.model("mobilenet_block", shape, y, shape)
+
+
+# ------------------------------------------------------------------ BERT encoder layer
+
+def _layer_norm(m: ModelMaker, x: str, scope: str, hidden: int) -> str:
+    """LayerNorm as older exporters decompose it."""
+    param = scope.strip("/").replace("/", ".")
+    mean = m.reduce_mean(x, f"{scope}/mean", [-1])
+    d = m.node("Sub", [x, mean], scope)
+    var = m.reduce_mean(m.node("Pow", [d, m.scalar(f"{scope}/two", 2.0)], scope), f"{scope}/var", [-1])
+    s = m.node("Sqrt", [m.node("Add", [var, m.scalar(f"{scope}/eps", 1e-12)], scope)], scope)
+    n = m.node("Div", [d, s], scope)
+    gamma = m.init(f"{param}.weight", m.rng.uniform(0.8, 1.2, hidden).astype(np.float32))
+    return m.node("Add", [m.node("Mul", [n, gamma], scope), m.weight(f"{param}.bias", (hidden,), 0.1)], scope)
+
+
+def _gelu(m: ModelMaker, x: str, scope: str) -> str:
+    """x * 0.5 * (1 + erf(x / sqrt 2)) in the exporters' Div/Erf/Add/Mul/Mul order."""
+    e = m.node("Erf", [m.node("Div", [x, m.scalar(f"{scope}/sqrt2", math.sqrt(2))], scope)], scope)
+    y = m.node("Mul", [x, m.node("Add", [e, m.scalar(f"{scope}/one", 1.0)], scope)], scope)
+    return m.node("Mul", [y, m.scalar(f"{scope}/half", 0.5)], scope)
+
+
+def _linear(m: ModelMaker, x: str, scope: str, n_in: int, n_out: int) -> str:
+    param = scope.strip("/").replace("/", ".")
+    w = m.weight(f"{param}.weight", (n_in, n_out), 0.02 * math.sqrt(768 / n_in))
+    return m.node("Add", [m.node("MatMul", [x, w], scope), m.weight(f"{param}.bias", (n_out,), 0.02)], scope)
+
+
+def _dims(m: ModelMaker, x: str, scope: str, which) -> list:
+    """Unsqueezed dimensions of ``x`` (Shape -> Gather -> Unsqueeze), the exporters' shape plumbing."""
+    shape = m.node("Shape", [x], scope)
+    out = []
+    for i in which:
+        g = m.node("Gather", [shape, m.init(f"{scope}/idx{i}", np.asarray(i, np.int64))], scope, axis=0)
+        ins = [g]
+        attrs = m.axes(ins, scope, [0], since=13)
+        out.append(m.node("Unsqueeze", ins, scope, **attrs))
+    return out
+
+
+def bert_layer(seq: int = 128, hidden: int = 768, heads: int = 12, batch: int = 1, intermediate: int | None = None,
+               seed: int = 0, opset: int = 13) -> onnx.ModelProto:
+    """A BERT encoder layer (post-LayerNorm) as older exporters emit it: MatMul + Add linears, heads
+    split with Reshape/Transpose whose shapes come from Shape/Gather/Unsqueeze/Concat, scaled
+    batched MatMul, Softmax, LayerNorm and Gelu decomposed into elementwise ops and ReduceMean."""
+    m = ModelMaker(seed, opset)
+    inter = intermediate or 4 * hidden
+    head = hidden // heads
+    x = "input"
+    b, s = _dims(m, x, "/attention/self", (0, 1))
+    split = m.node("Concat", [b, s, m.ints("/attention/self/heads", [heads]),
+                              m.ints("/attention/self/head_size", [head])], "/attention/self", axis=0)
+
+    def heads_of(name, perm):
+        y = m.node("Reshape", [_linear(m, x, f"/attention/self/{name}", hidden, hidden), split],
+                   f"/attention/self/{name}")
+        return m.node("Transpose", [y], f"/attention/self/{name}", perm=perm)
+
+    q = heads_of("query", [0, 2, 1, 3])
+    k = heads_of("key", [0, 2, 3, 1])
+    v = heads_of("value", [0, 2, 1, 3])
+    scores = m.node("Div", [m.node("MatMul", [q, k], "/attention/self"),
+                            m.scalar("/attention/self/scale", math.sqrt(head))], "/attention/self")
+    probs = m.node("Softmax", [scores], "/attention/self", axis=-1)
+    ctx = m.node("Transpose", [m.node("MatMul", [probs, v], "/attention/self")], "/attention/self",
+                 perm=[0, 2, 1, 3])
+    b2, s2 = _dims(m, ctx, "/attention/self/merge", (0, 1))
+    merge = m.node("Concat", [b2, s2, m.ints("/attention/self/all_head_size", [hidden])], "/attention/self",
+                   axis=0)
+    ctx = m.node("Reshape", [ctx, merge], "/attention/self")
+    attn = _linear(m, ctx, "/attention/output/dense", hidden, hidden)
+    h1 = _layer_norm(m, m.node("Add", [attn, x], "/attention/output"), "/attention/output/LayerNorm", hidden)
+    ff = _gelu(m, _linear(m, h1, "/intermediate/dense", hidden, inter), "/intermediate/gelu")
+    out = m.node("Add", [_linear(m, ff, "/output/dense", inter, hidden), h1], "/output")
+    out = _layer_norm(m, out, "/output/LayerNorm", hidden)
+    return m.model("bert_layer", (batch, seq, hidden), out, (batch, seq, hidden))

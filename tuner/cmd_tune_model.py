@@ -1,0 +1,75 @@
+"""``tensortune tune-model MODEL.onnx --trials N``: tune a whole model within one trial budget.
+
+Every distinct fused group with a reduction is a task (``tuner.model_tasks``); the task scheduler
+(``tuner.task_scheduler``) spends the budget where the estimated model latency drops most, and
+prints the task table after every round. At the end the model is rebuilt with every kernel at its
+best, checked against the untuned model's outputs, and timed end to end beside the untuned model
+(and onnxruntime when it is installed), side by side in this process.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+from .errors import CLIError
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("tune-model", help="tune every kernel of an ONNX model within one trial budget",
+                       description="Tune the kernels of an ONNX model with one trial budget (Ansor's task "
+                       "scheduler); the same command continues from the log.")
+    p.add_argument("model", metavar="MODEL.onnx")
+    p.add_argument("--trials", type=int, default=256, help="measured trials for the whole model (default 256)")
+    p.add_argument("--log", help="tuning log (default: the per-user log)")
+    p.add_argument("--threads", type=int, default=None, help="kernel threads (default: all cores)")
+    p.add_argument("--tasks", default=None, metavar="IDS", help="tune only these task ids, e.g. 0,3,5")
+    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS", help="no new round after this")
+    p.add_argument("--strategy", choices=("gradient", "round-robin"), default="gradient")
+    p.add_argument("--shape", action="append", default=[], metavar="NAME=DIMS",
+                   help="pin an input's shape, e.g. x=1x3x224x224 (repeatable)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rounds", type=int, default=5, help="alternating rounds of the final timing (default 5)")
+    p.add_argument("--json", action="store_true", help="print one JSON object with the results")
+    p.add_argument("--quiet", action="store_true", help="no task table while tuning")
+
+
+def _check(args) -> None:
+    if args.trials < 1:
+        raise CLIError(f"--trials must be >= 1, got {args.trials}")
+    if args.threads is not None and args.threads < 1:
+        raise CLIError(f"--threads must be >= 1, got {args.threads}")
+    if args.rounds < 1:
+        raise CLIError(f"--rounds must be >= 1, got {args.rounds}")
+    if args.timeout is not None and args.timeout <= 0:
+        raise CLIError(f"--timeout must be > 0, got {args.timeout:g}")
+
+
+def run(args) -> int:
+    from graph.ir import GraphError
+    from .cmd_model import load_graph, parse_shapes
+    from .model_tune import ModelTuneOptions, tune_model
+    from .text import one_line
+
+    _check(args)
+    graph = load_graph(args.model, parse_shapes(args.shape))
+    quiet = args.quiet or args.json
+    say = (lambda *a: None) if quiet else (lambda *a: print(*a, file=sys.stderr, flush=True))
+    options = ModelTuneOptions(trials=args.trials, log=args.log, threads=args.threads, tasks=args.tasks,
+                               timeout_s=args.timeout, strategy=args.strategy, seed=args.seed, rounds=args.rounds,
+                               progress=not quiet)
+    try:
+        out = tune_model(graph, args.model, options, say)
+    except (GraphError, ValueError) as err:
+        raise CLIError(one_line(err)) from None
+    if args.json:
+        print(json.dumps(out, indent=2, default=str))
+    else:
+        ms = {k: (out[k] * 1e3 if out[k] else None) for k in ("latency_s", "untuned_latency_s", "onnxruntime_latency_s")}
+        print(f"{out['model']}: {out['trials']} trials in {out['tuning_seconds']:.0f} s "
+              f"({out['stop_reason'] or 'budget spent'})")
+        print(f"  end to end: {ms['latency_s']:.3f} ms tuned, {ms['untuned_latency_s']:.3f} ms untuned"
+              + (f", onnxruntime {ms['onnxruntime_latency_s']:.3f} ms ({out['speedup_vs_onnxruntime']:.2f}x)"
+                 if ms["onnxruntime_latency_s"] else f" ({out['onnxruntime_note']})"))
+        print("  outputs match the untuned model" if out["mismatch"] is None else f"  OUTPUTS DIFFER: {out['mismatch']}")
+        print(f"  log: {out['log']}")
+    return 0 if out["mismatch"] is None else 1

@@ -1,0 +1,187 @@
+"""Compile a graph into a :class:`graph.runtime.CompiledModel`: passes, fusion, one workload per
+fused group, one kernel per DISTINCT workload (structural key) built with the best logged
+schedule for this machine (:func:`logs.build`), else the heuristic start.
+
+>>> model = compile_graph(graph, log="run.jsonl", threads=2)      # doctest: +SKIP
+>>> model.run({"x": x})
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from graph.fusion import fuse
+from graph.ir import Graph
+from tensorir.te.evaluate import evaluate
+from graph.lower import lower_group, plan_layouts, storage_dtype, to_storage
+from graph.lower.core import storage_shape
+from graph.runtime import Buffer, CompiledModel, Step
+
+
+def run_passes(graph: Graph, trace=None) -> Graph:
+    """The graph after the pass pipeline of ``graph.passes`` (the graph itself while there is none).
+
+    ``trace(pass_name, graph)``, if given, is called after each pass.
+    """
+    try:
+        from graph.passes import run_passes as pipeline
+    except ImportError:
+        return graph
+    return pipeline(graph, print_after=trace) if trace is not None else pipeline(graph)
+
+
+@dataclass
+class Plan:
+    """What compiling produced before kernels are built: the graph, its groups and workloads."""
+    graph: Graph
+    groups: list
+    lowered: list          # LoweredGroup per group
+    seconds: float
+    layouts: dict          # value -> layout of values not stored row-major
+
+
+def plan_graph(graph: Graph, passes: bool = True, layouts: bool = True) -> Plan:
+    """Passes (if ``passes``), fusion, layouts (conv outputs channels-innermost, if ``layouts``) and
+    lowering of every group (LoweringError on an unsupported op)."""
+    t0 = time.perf_counter()
+    if passes:
+        graph = run_passes(graph)
+    groups = fuse(graph)
+    chosen = {}
+    if layouts:
+        graph, groups, chosen = plan_layouts(graph, groups)
+    lowered = [lower_group(graph, g, chosen) for g in groups]
+    return Plan(graph, groups, lowered, time.perf_counter() - t0, chosen)
+
+
+def build_kernels(plan: Plan, log=None, threads: int | None = None, prepack: bool = True) -> dict:
+    """One kernel per distinct workload key: key -> Kernel (its ``lookup`` says what schedule).
+
+    With ``prepack``, a kernel whose schedule packs a constant input (weights) into a blocked
+    layout is rebuilt to read a packed copy made once by :func:`assemble` (``kernel.prepacked``).
+    """
+    from logs import build
+    kernels = {}
+    for lw in plan.lowered:
+        if lw.key not in kernels:
+            kernels[lw.key] = build(lw.tensors, log=log, threads=threads, warn=False)
+    if prepack:
+        for key, kernel in kernels.items():
+            kernels[key] = _prepacked(plan, key, kernel, threads)
+    return kernels
+
+
+def _constant_inputs(plan: Plan, key: str) -> set:
+    """Indices of the placeholders of workload ``key`` that every occurrence feeds with a constant."""
+    sets = []
+    for lw in plan.lowered:
+        if lw.key == key:
+            sets.append({i for i, (kind, what) in enumerate(lw.params)
+                         if kind == "const" or what in plan.graph.constants})
+    return set.intersection(*sets) if sets else set()
+
+
+def _prepacked(plan: Plan, key: str, kernel, threads):
+    from tensorir.runtime import build as build_func
+    from tuner.prepack import prepack
+    schedule = getattr(kernel, "schedule", None)
+    constant = _constant_inputs(plan, key)
+    if schedule is None or not constant:
+        return kernel
+    lw = next(lw for lw in plan.lowered if lw.key == key)
+    pre = prepack(lw.tensors, schedule, constant)
+    if pre is None:
+        return kernel
+    new = build_func(pre.schedule.lower())
+    if threads is not None:
+        new.threads = threads
+    new.lookup, new.schedule, new.prepacked = getattr(kernel, "lookup", None), pre.schedule, pre
+    return new
+
+
+def _copy(src, dst):
+    np.copyto(dst, src)
+
+
+def assemble(plan: Plan, kernels: dict, info: dict | None = None) -> CompiledModel:
+    """The CompiledModel running ``plan``'s groups with ``kernels`` (key -> callable)."""
+    graph = plan.graph
+    buffers, ids, constants = [], {}, {}
+
+    def buffer_of(value: str) -> int:
+        if value not in ids:
+            t = graph.types[value]
+            ids[value] = len(buffers)
+            buffers.append(Buffer(value, t.shape, t.dtype, storage_shape(t.shape, plan.layouts.get(value)),
+                                  storage_dtype(t.dtype)))
+            if value in graph.constants:
+                constants[ids[value]] = to_storage(graph.constants[value])
+        return ids[value]
+
+    inputs = [buffer_of(v) for v in graph.inputs]
+    steps = []
+    packed: dict = {}       # (source buffer, pack stage) -> buffer of the packed copy
+
+    def constant_buffer(label: str, array) -> int:
+        b = len(buffers)
+        buffers.append(Buffer(label, array.shape, array.dtype.name, array.shape, array.dtype.name))
+        constants[b] = array
+        return b
+
+    for g, lw in zip(plan.groups, plan.lowered):
+        args = []
+        for kind, what in lw.params:
+            args.append(buffer_of(what) if kind == "value" else constant_buffer(f"{g.name}.const{len(buffers)}", what))
+        pre = getattr(kernels[lw.key], "prepacked", None)
+        if pre is not None:     # the kernel reads packed copies of its constants, made here once
+            t0 = time.perf_counter()
+            base, args = args, []
+            for feed in pre.feeds:
+                if feed[0] == "input":
+                    args.append(base[feed[1]])
+                    continue
+                src = base[feed[1]]
+                if (src, feed[2].name, feed[2].shape) not in packed:
+                    array = evaluate(feed[2].layout(), [constants[src]])[0]
+                    packed[(src, feed[2].name, feed[2].shape)] = constant_buffer(f"{g.name}.{feed[2].name}", array)
+                args.append(packed[(src, feed[2].name, feed[2].shape)])
+            if info is not None:
+                info["prepack_seconds"] = info.get("prepack_seconds", 0.0) + time.perf_counter() - t0
+        args += [buffer_of(v) for v in lw.outputs]
+        steps.append(Step(kernels[lw.key], tuple(args), g.name))
+    outputs = []
+    for v in graph.outputs:
+        b = buffer_of(v)
+        if b in inputs or b in constants or b in outputs:
+            # an output that is an input, a constant or listed twice gets a buffer of its own
+            t = graph.types[v]
+            out = len(buffers)
+            buffers.append(Buffer(v, t.shape, t.dtype, storage_shape(t.shape), storage_dtype(t.dtype)))
+            steps.append(Step(_copy, (b, out), f"copy {v}"))
+            b = out
+        outputs.append(b)
+    return CompiledModel(graph.name, buffers, inputs, outputs, constants, steps, info)
+
+
+def compile_graph(graph: Graph, log=None, threads: int | None = None, passes: bool = True,
+                  layouts: bool = True, prepack: bool = True) -> CompiledModel:
+    """Compile ``graph`` (see the module docstring); ``model.info`` holds the plan, the kernels and
+    the time each phase took. ``layouts``: compute conv outputs channels-innermost (default).
+    ``prepack``: pack constant weights once here rather than in every call (default)."""
+    plan = plan_graph(graph, passes, layouts)
+    t0 = time.perf_counter()
+    kernels = build_kernels(plan, log, threads, prepack)
+    build_s = time.perf_counter() - t0
+    matches = {}
+    for k in kernels.values():
+        m = getattr(getattr(k, "lookup", None), "match", "built")
+        matches[m] = matches.get(m, 0) + 1
+    info = {"plan": plan, "kernels": kernels, "groups": len(plan.groups), "distinct_kernels": len(kernels),
+            "schedules": matches, "lower_seconds": plan.seconds, "build_seconds": build_s,
+            "prepacked_kernels": sum(1 for k in kernels.values() if getattr(k, "prepacked", None) is not None)}
+    model = assemble(plan, kernels, info)
+    if threads is not None:
+        model.threads = threads
+    return model

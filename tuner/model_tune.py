@@ -1,0 +1,94 @@
+"""Tune a whole model: tasks, the task scheduler, then the tuned model rebuilt, checked and timed.
+
+:func:`tune_model` is what ``tensortune tune-model`` runs (and ``benchmarks/bench_tune_model.py``):
+
+1. plan the graph (passes, fusion, one workload per group) and extract the tasks;
+2. build the untuned model (heuristic starts only) and run it on seeded random inputs: the reference;
+3. spend the trial budget with the task scheduler (the table after every round, if ``progress``);
+4. rebuild the model with the log's best schedules, check its outputs against the reference, and time
+   it beside the untuned model and onnxruntime (when installed), side by side in this process.
+"""
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass
+
+from .model_tasks import extract_tasks, select_tasks
+from .search import TuneConfig
+from .task_scheduler import SchedulerConfig, TaskScheduler
+
+
+@dataclass
+class ModelTuneOptions:
+    trials: int = 256
+    log: str | None = None            # default: the per-user log
+    threads: int | None = None
+    tasks: str | None = None          # "0,3,5": only these task ids
+    timeout_s: float | None = None
+    strategy: str = "gradient"
+    seed: int = 0
+    rounds: int = 5                   # alternating rounds of the final timing
+    progress: bool = True             # the task table on stderr after every round
+
+
+def tune_model(graph, model_path: str | None, options: ModelTuneOptions, say=None) -> dict:
+    """Tune ``graph`` (imported from ``model_path``, used for onnxruntime and the records' model name).
+
+    Returns a JSON-ready dict (see ``tensortune tune-model --json``). Raises GraphError for a graph the
+    compiler cannot lower, ValueError for a bad ``tasks`` subset.
+    """
+    from logs import TuningLog, default_log_path
+    from tensorir.te.check import check_outputs
+    from .model_compile import assemble, build_kernels, plan_graph
+    from .model_progress import TableProgress, task_rows
+    from .model_timing import model_proto, ort_session, random_feeds, time_models
+
+    say = say or (lambda *a: None)
+    started = time.perf_counter()
+    plan = plan_graph(graph)
+    tasks = extract_tasks(plan.graph, plan.groups, plan.lowered)
+    chosen = select_tasks(tasks, options.tasks)
+    log_path = options.log or str(default_log_path())
+    model_name = os.path.basename(model_path) if model_path else graph.name
+    say(f"{graph.name}: {len(plan.groups)} fused groups, {len(tasks)} distinct kernels, {len(chosen)} tuned "
+        f"(the rest use their heuristic start); {options.trials} trials; log {log_path}")
+
+    feeds = random_feeds(plan.graph, options.seed)
+    untuned = assemble(plan, build_kernels(plan, log=[], threads=options.threads))   # heuristic starts only
+    if options.threads:
+        untuned.threads = options.threads
+    reference = untuned.run(feeds)
+
+    scheduler = result = None
+    if chosen:
+        scheduler = TaskScheduler([t.task(model_name) for t in chosen],
+                                  SchedulerConfig(trials=options.trials, strategy=options.strategy,
+                                                  timeout_s=options.timeout_s),
+                                  TuneConfig(threads=options.threads, seed=options.seed), log=TuningLog(log_path),
+                                  progress=TableProgress(tasks, enabled=options.progress))
+        result = scheduler.run()
+    tune_s = time.perf_counter() - started
+
+    tuned = assemble(plan, build_kernels(plan, log=log_path, threads=options.threads))
+    if options.threads:
+        tuned.threads = options.threads
+    outputs = tuned.run(feeds)
+    names = list(outputs)
+    problem = check_outputs(names, [outputs[k] for k in names], [reference[k] for k in names],
+                            reduction_length=max((t.spec.reduction_length for t in tasks), default=1))
+    ort, ort_why = ort_session(model_proto(model_path) if model_path else None, options.threads)
+    say("timing the model: tuned, untuned" + (" and onnxruntime" if ort is not None else "") + " side by side ...")
+    times = time_models({"tuned": tuned, "untuned": untuned}, feeds, options.threads, ort, rounds=options.rounds)
+    estimated = result.latency if result is not None and math.isfinite(result.latency) else None
+    return {"model": model_path or graph.name, "threads": options.threads, "strategy": options.strategy,
+            "trials": result.trials if result else 0, "budget": options.trials,
+            "tuning_seconds": round(tune_s, 2), "tasks": task_rows(scheduler, tasks) if scheduler else [],
+            "task_seconds": {st.task.name: round(st.seconds, 2) for st in scheduler.states} if scheduler else {},
+            "history": [[n, round(s, 2), lat] for n, s, lat in result.history] if result else [],
+            "estimated_latency_s": estimated, "latency_s": times["tuned"], "untuned_latency_s": times["untuned"],
+            "onnxruntime_latency_s": times.get("onnxruntime"),
+            "speedup_vs_onnxruntime": times["onnxruntime"] / times["tuned"] if "onnxruntime" in times else None,
+            "onnxruntime_note": ort_why, "outputs_match_untuned": problem is None, "mismatch": problem,
+            "stop_reason": result.stop_reason if result else "no task needs tuning", "log": log_path}

@@ -12,17 +12,20 @@ For each model of ``tests/onnx_models.py`` (random weights, seeded):
 - latency of ``model.run(feeds)`` and of ``InferenceSession.run`` (``ORT_ENABLE_ALL``, the same
   intra-op thread count, ``session.intra_op.allow_spinning=0``, sequential execution), timed by
   :func:`tuner.compare.side_by_side` (alternating rounds, a 0.2 s pause at each switch, medians);
-- with ``--layouts-ab``, also the model compiled with every value row-major (``layouts=False``:
-  conv outputs NCHW), timed in the same rounds (docs/decisions/024-model-conv-nhwc-layout.md).
+- with ``--layouts-ab``, also the model compiled with conv outputs channels-innermost (``layouts=True``;
+  the default is row-major, NCHW), timed in the same rounds (docs/decisions/024-model-conv-nhwc-layout.md).
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 import warnings
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # tests.onnx_models
 
 MODELS = ("mlp", "resnet18", "mobilenet_block", "bert_layer")
 
@@ -71,9 +74,9 @@ def bench(name: str, threads: int, rounds: int, log, layouts_ab: bool = False) -
     if layouts_ab:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            rowmajor = compile_model(graph, threads=threads, layouts=False)
+            nhwc = compile_model(graph, threads=threads, layouts=True)
         compiled.threads = threads
-        fns["tensortune-rowmajor"] = lambda: rowmajor.run(feeds)
+        fns["tensortune-nhwc"] = lambda: nhwc.run(feeds)
     res = side_by_side(fns, rounds=rounds, min_repeat_ms=200)
     info = compiled.info
     row = {"model": name, "threads": threads, "nodes": len(graph.nodes), "groups": info["groups"],
@@ -86,10 +89,10 @@ def bench(name: str, threads: int, rounds: int, log, layouts_ab: bool = False) -
           f"| rel err {err:.1e} | tensortune {row['tt_ms']:.2f} ms, onnxruntime {row['ort_ms']:.2f} ms "
           f"({row['ort_ms'] / row['tt_ms']:.2f}x) | {row['memory']}", file=log, flush=True)
     if layouts_ab:
-        row["rowmajor_ms"] = res["tensortune-rowmajor"]["median"] * 1e3
-        print(f"  row-major (layouts=False) {row['rowmajor_ms']:.2f} ms: NHWC conv outputs are "
-              f"{row['rowmajor_ms'] / row['tt_ms']:.2f}x faster; raw ms: "
-              f"{' '.join(f'{v * 1e3:.3f}' for v in res['tensortune-rowmajor']['all'])}", file=log)
+        row["nhwc_ms"] = res["tensortune-nhwc"]["median"] * 1e3
+        print(f"  NHWC conv outputs (layouts=True) {row['nhwc_ms']:.2f} ms: row-major (the default) is "
+              f"{row['nhwc_ms'] / row['tt_ms']:.2f}x faster; raw ms: "
+              f"{' '.join(f'{v * 1e3:.3f}' for v in res['tensortune-nhwc']['all'])}", file=log)
     print(f"  raw tensortune ms: {' '.join(f'{v * 1e3:.3f}' for v in row['tt_all'])}", file=log)
     print(f"  raw onnxruntime ms: {' '.join(f'{v * 1e3:.3f}' for v in row['ort_all'])}", file=log, flush=True)
     return row

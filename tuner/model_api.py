@@ -34,7 +34,7 @@ def load(path, shapes: dict | None = None) -> Graph:
 
 
 def compile_model(graph_or_path, log=None, threads: int | None = None, shapes: dict | None = None,
-                  passes: bool = True, layouts: bool = True) -> CompiledModel:
+                  passes: bool = True, layouts: bool = False) -> CompiledModel:
     """A callable :class:`~graph.runtime.CompiledModel` from a Graph or an ONNX path.
 
     Parameters

@@ -42,7 +42,7 @@ class Plan:
     layouts: dict          # value -> layout of values not stored row-major
 
 
-def plan_graph(graph: Graph, passes: bool = True, layouts: bool = True) -> Plan:
+def plan_graph(graph: Graph, passes: bool = True, layouts: bool = False) -> Plan:
     """Passes (if ``passes``), fusion, layouts (conv outputs channels-innermost, if ``layouts``) and
     lowering of every group (LoweringError on an unsupported op)."""
     t0 = time.perf_counter()
@@ -166,9 +166,10 @@ def assemble(plan: Plan, kernels: dict, info: dict | None = None) -> CompiledMod
 
 
 def compile_graph(graph: Graph, log=None, threads: int | None = None, passes: bool = True,
-                  layouts: bool = True, prepack: bool = True) -> CompiledModel:
+                  layouts: bool = False, prepack: bool = True) -> CompiledModel:
     """Compile ``graph`` (see the module docstring); ``model.info`` holds the plan, the kernels and
-    the time each phase took. ``layouts``: compute conv outputs channels-innermost (default).
+    the time each phase took. ``layouts``: compute conv outputs channels-innermost (off by default:
+    docs/decisions/024-model-conv-nhwc-layout.md).
     ``prepack``: pack constant weights once here rather than in every call (default)."""
     plan = plan_graph(graph, passes, layouts)
     t0 = time.perf_counter()

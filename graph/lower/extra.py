@@ -13,6 +13,7 @@ from itertools import product
 
 from graph.lower.core import LoweringError, lit, storage_dtype
 from graph.lower.elementwise import lowering
+from graph.lower.nn import row_indexing
 from tensorir import te
 
 # ReduceProd multiplies the reduced elements out explicitly (te has no product reducer): at most this many
@@ -222,16 +223,8 @@ def _log_softmax(ctx, node, ins, outs):
     x = ins[0]
     axis = node.attr("axis")
     shape, dtype = outs[0].shape, outs[0].dtype
-    rows = shape[:axis] + shape[axis + 1:] or (1,)
+    rows, at, row = row_indexing(shape, axis)
     k1, k2 = te.reduce_axis(shape[axis], "k"), te.reduce_axis(shape[axis], "k")
-
-    def at(i, j):       # the input index of a row index with j on the axis
-        i = list(i) if shape[:axis] + shape[axis + 1:] else []
-        return i[:axis] + [j] + i[axis:]
-
-    def row(i):         # the row index of an output index
-        i = list(i)
-        return (i[:axis] + i[axis + 1:]) or [0]
     mx = ctx.emit(rows, dtype, lambda *i: te.max(x(*at(i, k1)), axis=k1), "row_max")
     total = ctx.emit(rows, dtype, lambda *i: te.sum(te.exp(x(*at(i, k2)) - mx(*i)), axis=k2), "row_sum")
     return [ctx.emit(shape, dtype, lambda *i: x(*i) - mx(*row(i)) - te.log(total(*row(i))), "log_softmax")]

@@ -122,22 +122,29 @@ def _reduce(ctx, node, ins, outs):
     return [ctx.emit(shape, dtype, lambda *i: total(*i) * inv, "mean")]
 
 
+def row_indexing(shape: tuple, axis: int) -> tuple:
+    """``(rows, at, row)`` for a reduction along ``axis`` kept as one value per row: the rows' shape,
+    ``at(i, j)`` the full index of row ``i`` with ``j`` on the axis, ``row(i)`` the row of a full index."""
+    rest = shape[:axis] + shape[axis + 1:]
+
+    def at(i, j):
+        i = list(i) if rest else []
+        return i[:axis] + [j] + i[axis:]
+
+    def row(i):
+        i = list(i)
+        return (i[:axis] + i[axis + 1:]) or [0]
+    return rest or (1,), at, row
+
+
 @lowering("Softmax")
 def _softmax(ctx, node, ins, outs):
     x = ins[0]
     axis = node.attr("axis", x.rank - 1)
     axis = axis + x.rank if axis < 0 else axis
     shape, dtype = outs[0].shape, outs[0].dtype
-    rows = shape[:axis] + shape[axis + 1:] or (1,)
+    rows, at, row = row_indexing(shape, axis)
     k1, k2 = te.reduce_axis(shape[axis], "k"), te.reduce_axis(shape[axis], "k")
-
-    def at(i, j):       # the output index with j on the softmax axis
-        i = list(i) if shape[:axis] + shape[axis + 1:] else []
-        return i[:axis] + [j] + i[axis:]
-
-    def row(i):          # the row index of an output index
-        i = list(i)
-        return (i[:axis] + i[axis + 1:]) or [0]
     mx = ctx.emit(rows, dtype, lambda *i: te.max(x(*at(i, k1)), axis=k1), "row_max")
     e = ctx.emit(shape, dtype, lambda *i: te.exp(x(*i) - mx(*row(i))), "exp")
     total = ctx.emit(rows, dtype, lambda *i: te.sum(e(*at(i, k2)), axis=k2), "row_sum")

@@ -145,19 +145,6 @@ def _tile(ctx, node):
 
 # ------------------------------------------------------------------ reductions, ArgMax/ArgMin, LRN
 
-@converter("ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare",
-           attrs={"axes": None, "keepdims": None, "noop_with_empty_axes": None})
-def _reduce(ctx, node):
-    rank = ctx.type(node.input(0)).rank
-    axes = _axes(ctx, node, rank, 1)
-    if not axes:
-        if node.attr("noop_with_empty_axes", 0):
-            ctx.alias(node.outputs[0], node.input(0))
-            return
-        axes = range(rank)
-    ctx.emit(node, node.op_type, [node.input(0)], node.outputs[0], axes=tuple(sorted(axes)),
-             keepdims=int(node.attr("keepdims", 1)))
-
 
 @converter("ArgMax", "ArgMin", attrs={"axis": None, "keepdims": None, "select_last_index": None})
 def _arg(ctx, node):

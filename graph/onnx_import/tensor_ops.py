@@ -242,8 +242,8 @@ def _cast(ctx, node):
 
 # ------------------------------------------------------------------ reductions
 
-@converter("ReduceMean", "ReduceSum", "ReduceMax", attrs={"axes": None, "keepdims": None,
-                                                          "noop_with_empty_axes": None})
+@converter("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+           "ReduceSumSquare", attrs={"axes": None, "keepdims": None, "noop_with_empty_axes": None})
 def _reduce(ctx, node):
     rank = ctx.type(node.input(0)).rank
     axes = _axes(ctx, node, rank, 1)

@@ -29,7 +29,8 @@ def _reduce_infer(node, types):
     return [same_type(x, shape=shape)]
 
 
-def _reducer(fn):
+def reducer(fn):
+    """``evaluate`` of a reduction ``fn(array, axis, keepdims)`` (float64 accumulation, input dtype out)."""
     def evaluate(node, arrays):
         x = arrays[0]
         # accumulate in float64 like a careful kernel would; the result has the input's dtype
@@ -41,7 +42,7 @@ def _reducer(fn):
 
 for _kind, _fn, _doc in (("ReduceMean", np.mean, "mean"), ("ReduceSum", np.sum, "sum"),
                          ("ReduceMax", np.max, "maximum")):
-    register(OpDef(_kind, ("data",), _reduce_infer, _reducer(_fn), Pattern.REDUCE,
+    register(OpDef(_kind, ("data",), _reduce_infer, reducer(_fn), Pattern.REDUCE,
                    {"axes": REQUIRED, "keepdims": 1}, doc=f"{_doc} over `axes`"))
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from graph.ir import TensorType
+from graph.ops.reduce import reducer
 from graph.ops.registry import REQUIRED, OpDef, OpError, Pattern, get_op, register
 
 
@@ -25,14 +26,6 @@ def _reduce_infer(node, types):
     return [out]
 
 
-def _reducer(fn):
-    def evaluate(node, arrays):
-        x = arrays[0]
-        acc = x.astype(np.float64) if x.dtype.kind == "f" else x
-        out = fn(acc, axis=node.attr("axes"), keepdims=bool(node.attr("keepdims", 1)))
-        return [np.asarray(out).astype(x.dtype)]
-    return evaluate
-
 
 REDUCTIONS = {
     "ReduceMin": (np.min, "minimum"),
@@ -44,7 +37,7 @@ REDUCTIONS = {
 }
 
 for _kind, (_fn, _doc) in REDUCTIONS.items():
-    register(OpDef(_kind, ("data",), _reduce_infer, _reducer(_fn), Pattern.REDUCE,
+    register(OpDef(_kind, ("data",), _reduce_infer, reducer(_fn), Pattern.REDUCE,
                    {"axes": REQUIRED, "keepdims": 1}, doc=f"{_doc} over `axes`"))
 
 

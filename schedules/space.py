@@ -8,7 +8,7 @@ same code serves Optuna (an integer index per decision), a fixed decision dict
 R1  inline: an elementwise intermediate may be inlined into its consumers.
 R2  attach: an intermediate whose consumers all live in one elementwise output
     (row reductions of softmax / layer_norm, elementwise producers) may be
-    computed at that output's outermost loop.
+    computed per row inside that output's parallel row loop (``schedules/rows.py``).
 R3  multi-level tiling of each remaining reduction (the "anchor"): spatial
     axes in four levels, reduce axes in two (SSRSRS).  With an elementwise
     epilogue (bias + ReLU) or ``cache_write``, the two outer spatial levels
@@ -35,6 +35,7 @@ from schedules.lowering.checks import MAX_VECTOR_LANES
 from tensorir.te import AxisKind
 
 from .conv_space import find_convs, tile_conv
+from .rows import schedule_host, shared_in_row
 from .decisions import DecisionSource, FixedDecisions, MutatedDecisions, OptunaDecisions, RandomDecisions  # noqa: F401
 from .schedule import Schedule
 from .tiling import fuse_parallel as _fuse_parallel, split_all as _split_all
@@ -118,6 +119,8 @@ class GeneratedSpace:
         # R1: inline elementwise intermediates
         for st in list(g.stages):
             if not st.is_output and not st.is_reduction and st.name not in pads:
+                if shared_in_row(g, st):
+                    src.hint(f"{st.name}.inline", False)
                 if src.choose(f"{st.name}.inline", [True, False]):
                     s = s.compute_inline(st.name)
         # classify what is left
@@ -159,26 +162,8 @@ class GeneratedSpace:
         # R2 hosts, then R4 for every other root stage
         host_names = sorted(set(hosted.values()), key=lambda n: [x.name for x in s._state.stages].index(n))
         for h in host_names:
-            s = self._elementwise(s, src, h, keep_outer=True)
-            outer = s.loops(h)[0]
-            inside = {h}
-            for name in reversed([x.name for x in s._state.stages]):
-                if hosted.get(name) != h:
-                    continue
-                # offered only when every consumer already runs inside the host's loop
-                cons = {c.name for c in s._state.consumers(s._state.stage(name))}
-                if cons <= inside and src.choose(f"{name}.compute_at", [True, False]):
-                    f = self._row_rfactor(src, s._state.stage(name))
-                    if f:
-                        s = s.rfactor(name, f)
-                        rf = s.trace[-1].outputs[0]
-                        s = s.compute_at(name, outer).compute_at(rf, outer)
-                        k_v, k_o = s.loops(rf)[-2:]
-                        s = s.reorder(k_o, k_v).vectorize(k_v)
-                        inside.add(rf)
-                    else:
-                        s = s.compute_at(name, outer)
-                    inside.add(name)
+            order = [x.name for x in s._state.stages]
+            s = schedule_host(self, s, src, h, [n for n in order if hosted.get(n) == h])
             done.add(h)
         for st in s._state.stages:
             if st.name in done or st.attach.kind is not AttachKind.ROOT or st.relations or st.ann:

@@ -5,18 +5,19 @@ max and sum, mean and variance) and, when not inlined, per-row intermediates (so
 Such a group runs one parallel loop over its rows; per row, its reductions and intermediates are
 computed into row-sized local buffers right before the row's outputs::
 
-    for row in range(rows):            # parallel: the host's leading row axes, fused
-        max[row] = ...                 # hosted reductions (vectorized partials, rfactor)
-        exp[row, 0:n] = ...            # a hosted intermediate read twice: computed once, vectorized
-        sum[row] = ...
-        for j.0 in range(n // 16):
-            for j.1 in range(16):      # vectorized
-                out[row, j] = exp[row, j] * (1 / sum[row])
+    for block in range(rows // 8):     # parallel: the host's leading row axes, fused, in blocks
+        max[8 rows] = ...              # hosted reductions (vectorized partials, rfactor)
+        exp[8 rows, 0:n] = ...         # a hosted intermediate read twice: computed once, vectorized
+        sum[8 rows] = ...
+        for row in range(8):
+            for j.0 in range(n // 16):
+                for j.1 in range(16):  # vectorized
+                    out[row, j] = exp[row, j] * (1 / sum[row])
 
 The row axes are the host's leading axes at which every hosted reduction is read by an
 identical index (softmax over the last axis: all but the last; over axis 1 of NCHW: only N).
-Attached at a fused loop of all of them, a thread's rows are independent and their data stays in
-L1. Without row axes (or with the ``{host}.rows`` decision off) the stages are attached at the
+Attached at a fused loop of all of them (in blocks of a few rows, whose reductions' dependent
+chains then overlap), a thread's rows are independent and their data stays in L1. Without row axes (or with the ``{host}.rows`` decision off) the stages are attached at the
 host's outermost loop, which alone is parallel (the rule before rows: for a batch axis of extent
 1 that meant one thread and whole-tensor intermediates; why: docs/decisions/026-row-groups.md).
 """
@@ -69,9 +70,15 @@ def schedule_host(space, s: Schedule, src, host: str, hosted: list) -> Schedule:
         rows = src.choose(f"{host}.rows", [False, True])
     if rows:
         s = space._elementwise(s, src, host, keep_outer=True, parallel=False)
-        loops = s.loops(host)
+        loops = s.loops(host)[:m]
+        # blocks split the innermost row axis before fusing: split after, the rows a block covers
+        # would be bounded as a whole range of the axes fused into it
+        block = _row_block(space, s, src, host, loops)
+        if block > 1:
+            s = s.split(loops[-1], factor=block)
+            loops = loops[:-1] + [s.trace[-1].outputs[0]]
         fused = loops[0]
-        for lp in loops[1:m]:
+        for lp in loops[1:]:
             s = s.fuse(fused, lp)
             fused = s.trace[-1].outputs[0]
         if src.choose(f"{host}.parallel", [True, False]):
@@ -105,6 +112,24 @@ def schedule_host(space, s: Schedule, src, host: str, hosted: list) -> Schedule:
                 s = _vectorize_last(space, s, src, name)
         inside.add(name)
     return s
+
+
+def _row_block(space, s: Schedule, src, host: str, loops: list) -> int:
+    """Rows per iteration of the parallel loop: a decision among the divisors 1-16 of the innermost
+    row axis ``loops[-1]``.
+
+    A row's reductions end in a chain of dependent scalar steps (the partials' sum, then the
+    next reduction that needs it); a block of rows gives the core independent chains to overlap.
+    The heuristic takes 8 rows while that leaves at least two blocks per core."""
+    rows = 1
+    for lp in loops:
+        rows *= s.extent(lp)
+    choices = [b for b in (1, 2, 4, 8, 16) if s.extent(loops[-1]) % b == 0]
+    want = 8
+    while want > 1 and rows // want < 2 * space.options.cores:
+        want //= 2
+    src.hint(f"{host}.row_block", want)
+    return src.choose(f"{host}.row_block", choices)
 
 
 def _vectorize_last(space, s: Schedule, src, name: str) -> Schedule:

@@ -4,6 +4,8 @@ once) inside it; every heuristic start and random schedule computes what numpy c
 the vector width does not divide."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -12,7 +14,7 @@ from graph.fusion import fuse
 from graph.lower import lower_group
 from logs.apply import heuristic_schedule
 from schedules.rows import row_axes, shared_in_row
-from schedules.space import GeneratedSpace, RandomDecisions, SpaceOptions
+from schedules.space import FixedDecisions, GeneratedSpace, RandomDecisions, SpaceOptions
 from schedules.state import AttachKind
 from tensorir.runtime import build
 from tensorir.tir.ir import ForKind
@@ -38,6 +40,17 @@ def group_tensors(op, shape, **attrs):
     return lw.tensors, g
 
 
+def _row_loops(stage) -> int:
+    """Rows the output stage's leading loops cover: the parallel loop over blocks and the rows in a block."""
+    first = stage.leaf[0]
+    lead = [n for n in stage.leaf if n.split(".")[0] == first.split(".")[0]] if rows_split(first) else [first]
+    return int(np.prod([stage.loops[n].extent for n in lead]))
+
+
+def rows_split(name: str) -> bool:
+    return name.endswith(".0")
+
+
 def numpy_softmax(x, axis):
     e = np.exp(x - x.max(axis, keepdims=True))
     return e / e.sum(axis, keepdims=True)
@@ -57,7 +70,7 @@ def test_softmax_heuristic_runs_rows_in_parallel_and_matches_numpy(shape, axis, 
     for st in state.stages:
         if st.is_reduction and rows:
             # the leading row axes are fused into the parallel loop; the reductions are computed inside it
-            assert out.loops[first].extent == int(np.prod(shape[:rows]))
+            assert _row_loops(out) == int(np.prod(shape[:rows]))
             assert st.attach.kind is AttachKind.AT and st.attach.loop == first
         elif st.is_reduction:
             # the outermost loop runs along the reduced axis: computed once, not in every iteration
@@ -90,7 +103,7 @@ def test_layer_norm_heuristic_matches_numpy(shape, axis):
     sch = heuristic_schedule(lw.tensors)
     out = sch.stage_graph().stages[-1]
     assert out.ann.get(out.leaf[0]) is ForKind.PARALLEL
-    assert out.loops[out.leaf[0]].extent == int(np.prod(shape[:axis]))
+    assert _row_loops(out) == int(np.prod(shape[:axis]))
     args = []
     xv = RNG.standard_normal(shape).astype(np.float32)
     for kind, what in lw.params:
@@ -124,3 +137,22 @@ def test_shared_in_row_only_for_an_intermediate_read_twice_by_one_row_group():
     flags = {st.name: shared_in_row(state, st) for st in state.stages if not st.is_output}
     assert flags["exp0"] is True
     assert not any(v for k, v in flags.items() if k != "exp0")
+
+
+@pytest.mark.parametrize("shape, axis", [((1, 12, 64, 40), 3), ((2, 6, 24, 33), 3), ((3, 40, 17), 2)])
+def test_a_block_of_rows_computes_only_its_rows(shape, axis):
+    # the local buffers of the hosted reductions hold the block's rows, not a range of every fused axis
+    tensors, _ = group_tensors("Softmax", shape, axis=axis)
+    space = GeneratedSpace(tensors, AVX512)
+    start = space.default_decisions()
+    block = next(v for k, v in start.items() if k.endswith(".row_block"))
+    assert block > 1
+    sch = space.apply(FixedDecisions(start))
+    text = str(sch.lower())
+    sizes = {m.group(1): int(np.prod([int(d) for d in m.group(2).split(",")]))
+             for m in re.finditer(r"(row_\w+) = alloc_local\(\[([\d, ]+)\]", text)}
+    assert sizes["row_max0"] == block and sizes["row_sum0"] == block, sizes
+    x = RNG.standard_normal(shape).astype(np.float32)
+    y = np.full(shape, np.nan, np.float32)
+    build(sch.lower())(x, y)
+    np.testing.assert_allclose(y, numpy_softmax(x, axis), rtol=1e-5, atol=1e-6)

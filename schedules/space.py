@@ -21,7 +21,9 @@ R3  multi-level tiling of each remaining reduction (the "anchor"): spatial
 R3' an anchor that streams an operand along its innermost reduce axis (matrix-vector products,
     row norms) may instead be ``rfactor``-ed: the partial results along that axis are the vector
     axis of a new anchor, tiled as in R3; the output sums them.
-R4  every other root stage: vectorize the last axis, fuse and parallelize the rest.
+R4  every other root stage: vectorize the last axis, fuse and parallelize the rest; a stage
+    whose vector axis strides through an input gets tiles of one cache line of the axis that
+    input reads contiguously (``schedules/transpose_tiles.py``).
 R0  (before R1) a convolution anchor is tiled on blocked layouts by its own rule instead of R3
     (``schedules/conv_space.py``); its padding stage is left for that rule.
 """
@@ -36,6 +38,7 @@ from tensorir.te import AxisKind
 
 from .conv_space import find_convs, tile_conv
 from .rows import schedule_host, shared_in_row
+from .transpose_tiles import transpose_tile
 from .decisions import DecisionSource, FixedDecisions, MutatedDecisions, OptunaDecisions, RandomDecisions  # noqa: F401
 from .schedule import Schedule
 from .tiling import fuse_parallel as _fuse_parallel, split_all as _split_all
@@ -170,16 +173,18 @@ class GeneratedSpace:
                 continue  # handled by a rule already (e.g. a pack stage of an anchor)
             if st.is_reduction:
                 continue  # a hosted reduction left at root: default loops
-            s = self._elementwise(s, src, st.name, keep_outer=False)
+            s = self._elementwise(s, src, st.name, keep_outer=False, transposing=True)
         return s
 
     # ---------------------------------------------------------------- rules
     def _elementwise(self, s: Schedule, src, name: str, keep_outer: bool, parallel: bool = True,
-                     chunks_first: bool = False) -> Schedule:
+                     chunks_first: bool = False, transposing: bool = False) -> Schedule:
         """Vectorize the last loop; fuse the others unless ``keep_outer``; parallelize the outermost
         if ``parallel`` (off for a stage computed inside a parallel loop) and the decision says so.
         ``chunks_first``: the loop over the last loop's vector chunks goes right after the first
-        loop (a transposing pack then gathers one vector's rows at a time, see ``_tile_anchor``)."""
+        loop (a transposing pack then gathers one vector's rows at a time, see ``_tile_anchor``).
+        ``transposing``: a stage whose vector axis strides through an input may be tiled
+        (``schedules/transpose_tiles.py``)."""
         st = s._state.stage(name)
         loops = s.loops(name)
         last = loops[-1]
@@ -193,7 +198,10 @@ class GeneratedSpace:
             split = s.loops(name)
             if chunks_first and len(split) > 3 and s.extent(split[-2]) > 1:
                 s = s.reorder(split[-2], *split[1:-2])
-        outer = s.loops(name)[:-1] if v > 1 else s.loops(name)
+        inner = 1 if v > 1 else 0
+        if transposing:
+            s, inner = transpose_tile(s, src, name, inner)
+        outer = s.loops(name)[:len(s.loops(name)) - inner]
         if not outer:
             return s
         if not keep_outer and len(outer) > 1:

@@ -26,6 +26,11 @@ from __future__ import annotations
 from tensorir.te import walk
 
 from .schedule import Schedule
+from .state import AttachKind
+
+
+BLOCK_ELEMENTS = 512
+"""Most elements per block of rows of a stage computed per row, at the heuristic start."""
 
 
 def _mentions(e, v) -> bool:
@@ -73,7 +78,8 @@ def schedule_host(space, s: Schedule, src, host: str, hosted: list) -> Schedule:
         loops = s.loops(host)[:m]
         # blocks split the innermost row axis before fusing: split after, the rows a block covers
         # would be bounded as a whole range of the axes fused into it
-        block = _row_block(space, s, src, host, loops)
+        per_row = not all(s._state.stage(n).is_reduction or _inlined(s, n) for n in hosted)
+        block = _row_block(space, s, src, host, loops, per_row)
         if block > 1:
             s = s.split(loops[-1], factor=block)
             loops = loops[:-1] + [s.trace[-1].outputs[0]]
@@ -114,19 +120,30 @@ def schedule_host(space, s: Schedule, src, host: str, hosted: list) -> Schedule:
     return s
 
 
-def _row_block(space, s: Schedule, src, host: str, loops: list) -> int:
+def _inlined(s: Schedule, name: str) -> bool:
+    return s._state.stage(name).attach.kind is AttachKind.INLINE
+
+
+def _row_block(space, s: Schedule, src, host: str, loops: list, per_row: bool) -> int:
     """Rows per iteration of the parallel loop: a decision among the divisors 1-16 of the innermost
     row axis ``loops[-1]``.
 
     A row's reductions end in a chain of dependent scalar steps (the partials' sum, then the
     next reduction that needs it); a block of rows gives the core independent chains to overlap.
-    The heuristic takes 8 rows while that leaves at least two blocks per core."""
+    The heuristic takes 8 rows while that leaves at least two blocks per core and, with an
+    elementwise stage computed per row (``per_row``: softmax's ``exp``), at most
+    :data:`BLOCK_ELEMENTS` elements of it per block: its small local buffer is walked by unrolled
+    loops, and 8 rows of 128 ``exp`` took 0.43 s to compile against 0.23 s for 4 rows, which ran
+    as fast (docs/decisions/026-row-groups.md)."""
     rows = 1
     for lp in loops:
         rows *= s.extent(lp)
+    row_len = 1
+    for lp in s.loops(host)[len(loops):]:
+        row_len *= s.extent(lp)
     choices = [b for b in (1, 2, 4, 8, 16) if s.extent(loops[-1]) % b == 0]
     want = 8
-    while want > 1 and rows // want < 2 * space.options.cores:
+    while want > 1 and (rows // want < 2 * space.options.cores or (per_row and want * row_len > BLOCK_ELEMENTS)):
         want //= 2
     src.hint(f"{host}.row_block", want)
     return src.choose(f"{host}.row_block", choices)

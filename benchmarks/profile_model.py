@@ -6,7 +6,8 @@
 A model of ``tests/onnx_models.py`` (or ``--onnx FILE``) is compiled untuned (heuristic starts, weights
 packed at build time, as ``bench_model.py`` does); each step's kernel is then timed alone on its real
 buffers: ``--rounds`` rounds of a burst of >= 2 ms of calls, the median of the rounds' per-call means
-(and the fastest round). Bytes are every distinct buffer the step reads or writes once (what it must
+(and the fastest round); "in seq" is the median of single calls timed where they run in the model
+(5 runs of all steps per round), with the caches as the steps before leave them (weights not warm). Bytes are every distinct buffer the step reads or writes once (what it must
 move at least); FLOPs are ``tensorir.te.evaluate.count_flops`` of the group's workload. The last lines
 compare the sum of the steps with the whole ``model.run`` (the difference is the time between kernels
 and the feeds/outputs copies).
@@ -107,7 +108,13 @@ def profile(name: str, model, threads: int, rounds: int, overrides: dict | None,
     times = [[] for _ in steps]
     alt_times = [[] for _ in steps]
     run_times, alt_run = [], []
+    in_seq = [[] for _ in steps]
     for _ in range(rounds):
+        for _ in range(5):          # each step timed where it runs in the model: the caches as the model leaves them
+            for n, call in enumerate(calls):
+                t0 = time.perf_counter()
+                call()
+                in_seq[n].append(time.perf_counter() - t0)
         for n, call in enumerate(calls):
             times[n].append(_burst(call))
             if alt_calls[n] is not None and steps[n].kernel is not other.steps[n].kernel:
@@ -119,11 +126,11 @@ def profile(name: str, model, threads: int, rounds: int, overrides: dict | None,
         time.sleep(0.1)
     print(f"\n{name}, {threads} thread(s): {len(steps)} steps; per step the median of {rounds} rounds [fastest]",
           file=log)
-    head = f"{'step':>4} {'ms':>8} {'[min]':>8} {'MFLOP':>8} {'KiB':>7} {'GB/s':>6} {'GFLOP/s':>7}  group"
+    head = f"{'step':>4} {'ms':>8} {'[min]':>8} {'in seq':>8} {'MFLOP':>8} {'KiB':>7} {'GB/s':>6} {'GFLOP/s':>7}  group"
     if other is not None:
         head += "   | with " + ",".join(f"{k}={v}" for k, v in overrides.items()) + ": ms"
     print(head, file=log)
-    total = {"matmul": 0.0, "other": 0.0}
+    total = {"matmul": 0.0, "other": 0.0, "seq": 0.0}
     for n, step in enumerate(steps):
         g, lw = by_label.get(step.label, (None, None))
         med, best = statistics.median(times[n]), min(times[n])
@@ -133,7 +140,9 @@ def profile(name: str, model, threads: int, rounds: int, overrides: dict | None,
         ops = "+".join(g.ops) if g is not None else step.label
         kind = "matmul" if g is not None and any(o in ("MatMul", "Gemm", "Conv") for o in g.ops) else "other"
         total[kind] += med
-        line = (f"{n:>4} {med * 1e3:8.3f} {best * 1e3:8.3f} {flops / 1e6:8.1f} {nbytes / 1024:7.0f} "
+        seq = statistics.median(in_seq[n])
+        total["seq"] += seq
+        line = (f"{n:>4} {med * 1e3:8.3f} {best * 1e3:8.3f} {seq * 1e3:8.3f} {flops / 1e6:8.1f} {nbytes / 1024:7.0f} "
                 f"{nbytes / med / 1e9:6.1f} {flops / med / 1e9:7.1f}  {ops}")
         if alt_times[n]:
             line += f"   | {statistics.median(alt_times[n]) * 1e3:.3f}"
@@ -144,7 +153,7 @@ def profile(name: str, model, threads: int, rounds: int, overrides: dict | None,
     steps_sum = total["matmul"] + total["other"]
     print(f"sum of steps {steps_sum * 1e3:.3f} ms (matrix-product/conv groups {total['matmul'] * 1e3:.3f}, other "
           f"groups {total['other'] * 1e3:.3f}); model.run {run * 1e3:.3f} ms (between kernels and copies: "
-          f"{(run - steps_sum) * 1e3:.3f})", file=log)
+          f"{(run - steps_sum) * 1e3:.3f}); steps timed in sequence {total['seq'] * 1e3:.3f} ms", file=log)
     if other is not None:
         print(f"model.run with the overridden decisions {statistics.median(alt_run) * 1e3:.3f} ms; raw ms: "
               f"default {' '.join(f'{t * 1e3:.3f}' for t in run_times)} | overridden "

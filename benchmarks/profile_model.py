@@ -155,7 +155,8 @@ def profile(name: str, model, threads: int, rounds: int, overrides: dict | None,
           f"groups {total['other'] * 1e3:.3f}); model.run {run * 1e3:.3f} ms (between kernels and copies: "
           f"{(run - steps_sum) * 1e3:.3f}); steps timed in sequence {total['seq'] * 1e3:.3f} ms", file=log)
     if other is not None:
-        print(f"model.run with the overridden decisions {statistics.median(alt_run) * 1e3:.3f} ms; raw ms: "
+        print(f"model.run with the overridden decisions {statistics.median(alt_run) * 1e3:.3f} ms (a second model "
+              f"assembled apart, with its own copies of the weights: compare the steps, not these two); raw ms: "
               f"default {' '.join(f'{t * 1e3:.3f}' for t in run_times)} | overridden "
               f"{' '.join(f'{t * 1e3:.3f}' for t in alt_run)}", file=log)
     log.flush()

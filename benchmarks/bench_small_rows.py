@@ -1,5 +1,5 @@
 """Products with few rows (a model's batch or sequence) against onnxruntime: the heuristic start
-with and without reduction blocks (docs/decisions/026-small-row-products-block-the-reduction.md).
+with and without reduction blocks (docs/decisions/027-small-row-products-block-the-reduction.md).
 
     python benchmarks/bench_small_rows.py [--threads 1,2] [--rounds 5] [--shapes 32x2048x2048,...]
 

@@ -41,7 +41,7 @@ from .decisions import DecisionSource, FixedDecisions, MutatedDecisions, OptunaD
 from .schedule import Schedule
 from .tiling import fuse_parallel as _fuse_parallel, split_all as _split_all
 
-K_BLOCK = 128            # reduction block of a few-row product (why: docs/decisions/026-small-row-products-block-the-reduction.md)
+K_BLOCK = 128            # reduction block of a few-row product (why: docs/decisions/027-small-row-products-block-the-reduction.md)
 K_BLOCK_MAX_ROWS = 128   # ... for products with at most this many rows
 K_BLOCK_ROWS = 32        # ... in local blocks of this many rows
 MAX_UNROLLED_BODY = 64   # vector FMAs (tile rows x vectors per row x inner reduce iterations) unrolled
@@ -365,7 +365,7 @@ class GeneratedSpace:
         column panel in one local block, the reduction cut into blocks of ``K_BLOCK``, so each
         block of the panel (``K_BLOCK`` x the tile's columns) is read from L1 by all the row tiles
         rather than from L2/L3 by each in turn. The row tile divides the rows (no ragged edge).
-        why: docs/decisions/026-small-row-products-block-the-reduction.md"""
+        why: docs/decisions/027-small-row-products-block-the-reduction.md"""
         rows = ext[row]
         depth = math.prod(ext[lp] for lp in reduce)
         blocks = _k_blocks(depth)

@@ -29,6 +29,8 @@ R0  (before R1) a convolution anchor is tiled on blocked layouts by its own rule
 """
 from __future__ import annotations
 
+import math
+
 from schedules.state import AttachKind
 
 from dataclasses import dataclass
@@ -43,6 +45,9 @@ from .decisions import DecisionSource, FixedDecisions, MutatedDecisions, OptunaD
 from .schedule import Schedule
 from .tiling import fuse_parallel as _fuse_parallel, split_all as _split_all
 
+K_BLOCK = 128            # reduction block of a few-row product (why: docs/decisions/027-small-row-products-block-the-reduction.md)
+K_BLOCK_MAX_ROWS = 128   # ... for products with at most this many rows
+K_BLOCK_ROWS = 32        # ... in local blocks of this many rows
 MAX_UNROLLED_BODY = 64   # vector FMAs (tile rows x vectors per row x inner reduce iterations) unrolled
 
 
@@ -225,6 +230,7 @@ class GeneratedSpace:
         src.hint(f"{vec_axis}.t3", (4 if self.registers >= 32 else 2) * lanes)
         if len(spatial) > 1:
             src.hint(f"{spatial[-2]}.t3", 6)
+            self._hint_k_blocks(src, spatial[-2], reduce, ext)
         t3 = {vec_axis: src.choose(f"{vec_axis}.t3", self.vector_choices(ext[vec_axis], st.dtype))}
         vectors = max(1, -(-t3[vec_axis] // lanes))
         budget = (self.registers - vectors - 1) // vectors   # accumulators + one row of B + a broadcast
@@ -251,7 +257,8 @@ class GeneratedSpace:
         src.hint(f"{vec_axis}.t1", pick // width)
         t1 = {lp: src.choose(f"{lp}.t1", self.level_choices(max(1, ext[lp] // (t3[lp] * t2[lp])), 64))
               for lp in spatial}
-        r1 = {lp: src.choose(f"{lp}.r1", [1, 2, 4, 8, 16] if ext[lp] >= 16 else _divisors(ext[lp], 16))
+        r1 = {lp: src.choose(f"{lp}.r1", [1, 2, 4, 8, 16] + _k_blocks(ext[lp]) if ext[lp] >= 16
+                             else _divisors(ext[lp], 16))
               for lp in reduce}
         body = max(1, -(-t3[vec_axis] // lanes))    # vector instructions per tile row
         for lp in spatial[:-1]:
@@ -322,6 +329,9 @@ class GeneratedSpace:
             o_axes = s.axes(outer)
             tiles = [t2[lp] * t3[lp] for lp in spatial]
             s, l0, l1, l2 = self._three_levels(s, o_axes, tiles, [t1[lp] for lp in spatial])
+            if len(l1) > 1 and src.choose(f"{outer}.panel_outer", [False, True]):
+                s = s.reorder(l1[-1], *l1[:-1])
+                l1 = [l1[-1], *l1[:-1]]
             s = s.compute_at(name, l1[-1])
             s = self._pack_in_task(s, src, l0, packs, outer, transposed) if in_task else \
                 _fuse_parallel(s, l0, src, outer)
@@ -342,6 +352,24 @@ class GeneratedSpace:
                 _fuse_parallel(s, sp0, src, name)
         s = _register_tile(s, name, unroll_k)
         return s
+
+    def _hint_k_blocks(self, src, row: str, reduce: list, ext: dict) -> None:
+        """Few rows, a long reduction (a model's 32-128-row products): every row tile of a
+        column panel in one local block, the reduction cut into blocks of ``K_BLOCK``, so each
+        block of the panel (``K_BLOCK`` x the tile's columns) is read from L1 by all the row tiles
+        rather than from L2/L3 by each in turn. The row tile divides the rows (no ragged edge).
+        why: docs/decisions/027-small-row-products-block-the-reduction.md"""
+        rows = ext[row]
+        depth = math.prod(ext[lp] for lp in reduce)
+        blocks = _k_blocks(depth)
+        if len(reduce) != 1 or rows > K_BLOCK_MAX_ROWS or depth < 8 * K_BLOCK or not blocks:
+            return
+        tile = next((t for t in (6, 4, 8, 3, 2) if rows % t == 0), 6)
+        block = max(1, min(rows, K_BLOCK_ROWS) // tile)       # row tiles sharing a panel block
+        src.hint(f"{row}.t3", tile)
+        src.hint(f"{row}.t2", block)
+        src.hint(f"{row}.t1", -(-rows // (tile * block)))
+        src.hint(f"{reduce[0]}.r1", min(blocks, key=lambda b: abs(b - K_BLOCK)))   # (not unrolled: too long)
 
     def _balance(self, n: int, width: int) -> float:
         """Share of the busiest core's time that is useful when ``n`` columns are cut into tasks of
@@ -458,6 +486,14 @@ class _Heuristic(DecisionSource):
 
 
 # -------------------------------------------------------------------- helpers
+
+def _k_blocks(n: int) -> list:
+    """Reduction blocks offered past 16: divisors of ``n`` from 32 to 256, at most the three nearest
+    ``K_BLOCK`` (a block that does not divide the reduction guards its inner loop, which keeps the
+    register tile out of registers)."""
+    near = sorted((d for d in range(32, min(n, 256) + 1) if n % d == 0), key=lambda d: (abs(d - K_BLOCK), d))
+    return sorted(near[:3])
+
 
 def _register_tile(s: Schedule, name: str, unroll_k: bool) -> Schedule:
     """Vectorize the innermost loop, unroll the other register-tile loops (and the inner k)."""

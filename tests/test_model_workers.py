@@ -141,3 +141,22 @@ def test_a_sqlite_storage_still_tunes_a_model_in_one_process(model, tmp_path, ca
     assert res["trials"] == 6 and res["outputs_match_untuned"] and res["by_worker"] is None
     import optuna
     assert len(optuna.get_all_study_summaries(f"sqlite:///{db}")) == 3      # a study per task, kept in the file
+
+
+def test_a_worker_joins_a_model_run_that_measures_itself(model, database, tmp_path):
+    from tuner.lease import CLAIM
+    cpus = sorted(os.sched_getaffinity(0))
+    # the coordinator measures too (no --workers); a plain `tensortune worker` joins the run's tasks
+    worker = popen(cli("worker", "--storage", database, "--threads", "1", "--log", str(tmp_path / "w.jsonl"),
+                       "--idle-exit", "15", "--lease", "20"), cores=[cpus[-1]])
+    proc = popen(cli("tune-model", model, "--trials", "10", "--storage", database, "--threads", "1", "--log",
+                     str(tmp_path / "l.jsonl"), "--rounds", "1", "--json", "--lease", "20"), cores=[cpus[0]])
+    code, out, err = finish(proc, timeout=240)
+    assert code == 0, err[-3000:]
+    res = json.loads(out)
+    code, _, werr = finish(worker, timeout=60)
+    assert code == 0, werr[-2000:]
+    done = [t for s in studies(database) for t in measured(s)]
+    assert len(done) == 10 == res["trials"]
+    assert {pid_of(t, CLAIM) for t in done} == {proc.pid, worker.pid}       # both measured
+    assert sum(res["by_worker"].values()) == 10

@@ -89,7 +89,7 @@ class SharedModelRun:
     # ------------------------------------------------------------ rounds
     def poll(self) -> int:
         """Read every study: book the finished rounds and dead tasks, update the tasks' best
-        latencies; returns the number of workers measuring now."""
+        latencies; returns the number of other processes' workers measuring now."""
         import optuna
         sch, now = self.scheduler, time.time()
         busy = set()
@@ -113,6 +113,7 @@ class SharedModelRun:
                     del self.inflight[i]
                     sch.record_round(i, measured - start, time.perf_counter() - t0)
                     sch.progress(sch, i)
+        busy.discard(self.worker.owner if self.worker is not None else None)
         return len(busy)
 
     def allocated(self) -> int:
@@ -144,6 +145,9 @@ class SharedModelRun:
         sch.started = time.perf_counter()
         stop, quick = None, True
         self.open()
+        self.say(f"shared run {self.run_id}: {len(self.tuners)} task studies; "
+                 + (f"{self.n_workers} local workers x {self.threads} thread(s) measure" if self.n_workers
+                    else "this process measures; `tensortune worker` processes may join"))
         try:
             if self.local is not None:
                 self.local.start()

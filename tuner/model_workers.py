@@ -130,6 +130,8 @@ class ModelWorker:
     def step(self) -> bool:
         """Measure one batch of the task :meth:`choose` picks; False if there was nothing to measure."""
         reg = self.choose()
+        if reg is None:
+            self.finish_closed()        # (before parking: the run sees this worker busy until the finalists are in)
         if reg is None or reg.name != self.current:
             self._park()
         if reg is None:
@@ -158,20 +160,19 @@ class ModelWorker:
     def finish_closed(self, everything: bool = False) -> list:
         """Finish (re-time the finalists of) the tasks whose study the run has closed (all, if
         ``everything``); returns their study names."""
-        done = []
-        for name, tuner in list(self.tuners.items()):
-            if not everything and registry.is_open(tuner.study.raw):
-                continue
-            if name == self.current:
-                self.current = None
-            self._mark(name, time.time() + tuner.lease_s)       # still busy: the run waits for the finalists
-            try:
+        done = [name for name, tuner in self.tuners.items() if everything or not registry.is_open(tuner.study.raw)]
+        for name in done:       # still busy: the run waits for the finalists
+            self._mark(name, time.time() + self.tuners[name].lease_s)
+        try:
+            for name in done:
+                tuner = self.tuners.pop(name)
+                if name == self.current:
+                    self.current = None
                 tuner.resume()
                 self.results[name] = tuner.finish()
-            finally:
+        finally:
+            for name in done:
                 self._mark(name, 0.0)
-                del self.tuners[name]
-            done.append(name)
         return done
 
     def close(self) -> None:

@@ -36,7 +36,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 SETUPS = {"1 process x 2 threads": (0, 2), "2 workers x 1 thread": (2, 1)}
-MODELS = {"mlp": dict(batch=32, sizes=(1024, 2048, 2048, 1000)), "mlp-small": dict(batch=16, sizes=(256, 512, 256, 128))}
+MODELS = {"mlp": {"batch": 32, "sizes": (1024, 2048, 2048, 1000)},
+          "mlp-small": {"batch": 16, "sizes": (256, 512, 256, 128)}}
 PAUSE_S = 5.0
 
 
@@ -84,8 +85,8 @@ def time_results(model: str, logs: dict, rounds: int) -> dict:
     """End-to-end seconds per call of each set-up's result (rebuilt from its logs) and of the
     untuned model at 1 and 2 threads, side by side in this process."""
     from tuner.compare import side_by_side
-    from tuner.model_compile import assemble, build_kernels, plan_graph
     from tuner.model_api import load
+    from tuner.model_compile import assemble, build_kernels, plan_graph
     from tuner.model_timing import random_feeds
     plan = plan_graph(load(model))
     feeds = random_feeds(plan.graph, 0)

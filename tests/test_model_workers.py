@@ -70,6 +70,7 @@ def test_two_workers_tune_different_tasks_of_one_model(model, database, tmp_path
     assert any(r.get("confirmed") for r in records)       # the workers re-timed their finalists
     # the tuned kernels of the log compute what numpy computes
     import numpy as np
+
     from tuner.model_api import compile_model
     rng = np.random.default_rng(1)
     x = rng.standard_normal((16, 256)).astype(np.float32)

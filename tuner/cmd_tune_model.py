@@ -84,11 +84,11 @@ def _check_storage(url: str) -> None:
 
 def run(args) -> int:
     from graph.ir import GraphError
+
     from .cmd_model import load_graph, parse_shapes
     from .model_tune import ModelTuneOptions, tune_model
-    from .text import one_line
-
     from .study import StorageError
+    from .text import one_line
     _check(args)
     if args.storage:
         _check_storage(args.storage)

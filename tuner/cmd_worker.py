@@ -147,7 +147,8 @@ def _has_work(storage: str, reg) -> bool:
     import optuna
 
     from .lease import tally
-    study = optuna.load_study(study_name=reg.name, storage=storage)
+    from .registry import connect
+    study = optuna.load_study(study_name=reg.name, storage=connect(storage))
     t = tally(study, reg.budget)
     return reg.budget - t.measured - len(t.admitted) > 0
 

@@ -89,7 +89,7 @@ class SharedModelRun:
     # ------------------------------------------------------------ rounds
     def poll(self) -> int:
         """Read every study: book the finished rounds and dead tasks, update the tasks' best
-        latencies; returns the number of other processes' workers measuring now."""
+        latencies; returns the number of other processes' workers measuring or waiting now."""
         import optuna
         sch, now = self.scheduler, time.time()
         busy = set()
@@ -97,6 +97,7 @@ class SharedModelRun:
             study = tuner.study.raw
             attrs = study.user_attrs
             busy.update(registry.occupants(attrs, now))
+            busy.update(registry.occupants(attrs, now, registry.WAITING_PREFIX))
             measured = tally(study, registry.budget(study)).measured - self.base[i]
             self.measured[i] = measured
             done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))

@@ -7,14 +7,16 @@ scheduler's tuner per task) and, before every batch, picks the task to measure:
 
 1. a task with trials left (budget minus measured minus other processes' admitted claims);
 2. of those, first one that no other worker measures now (``tensortune.on:<owner>`` markers,
-   :mod:`tuner.registry`); two workers on one task settle it by owner id, the later one moves;
+   :mod:`tuner.registry`); two workers on one task settle it by owner id, the later one moves
+   (a worker with nothing to do marks the open studies ``tensortune.waiting:<owner>``, so that the
+   run counts it and gives it a round);
 3. then the task it is on already (switching restarts measuring processes), then the run's
    priority (the task scheduler's gradient).
 
 So two workers measure different tasks whenever two tasks have trials left, and share the last
 one's trials otherwise; the claims of :mod:`tuner.lease` keep any candidate from being measured
-twice.  A task the worker leaves is parked: the trials it asked ahead are withdrawn and its
-measuring processes stopped.  When the run closes a task's study, the worker re-times that task's
+twice.  A task the worker leaves is parked: the trials it asked ahead are withdrawn; the measuring
+processes of the last :data:`KEEP_MEASURING` tasks stay up, idle, since starting them takes seconds.  When the run closes a task's study, the worker re-times that task's
 finalists (:meth:`tuner.search.Tuner.finish`) and logs them, as a one-process run does.
 """
 from __future__ import annotations
@@ -27,6 +29,8 @@ from .distributed import SharedTuner
 from .lease import owner_id, tally
 
 POLL_S = 0.3    # between looks for work when there is none
+WAITING_S = 5.0     # a waiting worker's mark lasts this long
+KEEP_MEASURING = 3  # parked tasks whose measuring processes stay up (idle): starting them takes seconds
 
 
 class TaskTuner(SharedTuner):
@@ -42,10 +46,12 @@ class TaskTuner(SharedTuner):
         t = tally(study, self.goal)
         return max(self.goal - t.measured - t.others(self.leases.owner), 0)
 
-    def park(self) -> None:
-        """Withdraw the trials asked ahead and stop the measuring processes (another task goes on)."""
+    def park(self, stop_measuring: bool) -> None:
+        """Withdraw the trials asked ahead (another task goes on); stop the measuring processes too
+        if ``stop_measuring``."""
         self._stop_asking()
-        self.measurer.close()
+        if stop_measuring:
+            self.measurer.close()
 
     def resume(self) -> None:
         if not self.measurer.running:
@@ -70,12 +76,13 @@ class ModelWorker:
         self.measured: dict = {}        # study name -> trials this worker measured
         self.results: dict = {}         # study name -> TuneResult, once finished
         self._studies: dict = {}        # study name -> optuna Study (loaded once)
+        self._seen: list = []           # (registration, user attrs) of the open studies, as last listed
 
     # ------------------------------------------------------------ choosing
     def _study(self, name: str):
         import optuna
         if name not in self._studies:
-            self._studies[name] = optuna.load_study(study_name=name, storage=self.storage)
+            self._studies[name] = optuna.load_study(study_name=name, storage=registry.connect(self.storage))
         return self._studies[name]
 
     def _left(self, reg) -> int:
@@ -86,7 +93,8 @@ class ModelWorker:
         """The registration of the task to measure next (see the module), or None."""
         now = time.time()
         options = []
-        for reg, attrs in registry.model_studies(self.storage, self.fingerprint, self.run):
+        self._seen = registry.model_studies(self.storage, self.fingerprint, self.run)
+        for reg, attrs in self._seen:
             if attrs.get(registry.DEAD):
                 continue
             others = [o for o in registry.occupants(attrs, now) if o != self.owner]
@@ -132,6 +140,7 @@ class ModelWorker:
         reg = self.choose()
         if reg is None:
             self.finish_closed()        # (before parking: the run sees this worker busy until the finalists are in)
+            self._wait_here()
         if reg is None or reg.name != self.current:
             self._park()
         if reg is None:
@@ -147,12 +156,24 @@ class ModelWorker:
             self.say(f"{reg.name}: {tuner.stop_reason}")
         return tuner.state.measured > before
 
+    def _wait_here(self) -> None:
+        """Tell the open runs this worker waits for work (a run gives as many tasks a round at once
+        as it has workers); refreshed before it runs out."""
+        now, key = time.time(), registry.WAITING_PREFIX + self.owner
+        for reg, attrs in self._seen:
+            if attrs.get(key, 0.0) < now + WAITING_S / 2:
+                self._study(reg.name).set_user_attr(key, now + WAITING_S)
+
     def _park(self) -> None:
         if self.current is None:
             return
-        tuner = self.tuners.get(self.current)
+        tuner = self.tuners.pop(self.current, None)
         if tuner is not None:
-            tuner.park()
+            tuner.park(stop_measuring=False)
+            self.tuners[self.current] = tuner       # (the dict's order: least recently measured first)
+            up = [t for t in self.tuners.values() if t.measurer.running]
+            for old in up[:max(0, len(up) - KEEP_MEASURING)]:
+                old.measurer.close()
         self._mark(self.current, 0.0)
         self.current = None
 

@@ -15,6 +15,7 @@ prefers a task nobody measures, and mark a task whose space is used up (``tensor
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from .lease import BUDGET_ATTR
@@ -26,6 +27,7 @@ OPEN = "tensortune.open"            # study user attr: True while the registerin
 PRIORITY = "tensortune.priority"    # study user attr: how much a model run wants this task now (higher first)
 DEAD = "tensortune.dead"            # study user attr: why this task gets no more trials (a model worker says)
 ON_PREFIX = "tensortune.on:"        # study user attr + owner: a model worker measures it until this time
+WAITING_PREFIX = "tensortune.waiting:"  # study user attr + owner: a model worker with nothing to do, until this time
 VERSION = 1
 
 
@@ -45,6 +47,14 @@ class Registration:
     open: bool
     run: str | None = None  # the model run whose task this study is (None: a single-workload run)
     meta: dict | None = None    # the task's log meta (model, task id, weight)
+
+
+@functools.lru_cache(maxsize=8)
+def connect(url: str):
+    """One Optuna storage object per URL and process: building one (an engine, a schema check)
+    costs a fraction of a second, and workers list the studies before every batch."""
+    import optuna
+    return optuna.storages.get_storage(url)
 
 
 def register(study, *, spec, target: dict, config, space: str | None, lease_s: float, budget: int,
@@ -80,7 +90,7 @@ def open_studies(storage: str, fingerprint: str, name: str | None = None) -> tup
     study ``name``, if given), and those of the open studies of other targets, passed over."""
     import optuna
     found, other = [], []
-    for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
+    for summary in optuna.get_all_study_summaries(connect(storage), include_best_trial=False):
         if name is not None and summary.study_name != name:
             continue
         reg = read(summary.study_name, summary.user_attrs)
@@ -96,7 +106,7 @@ def open_studies(storage: str, fingerprint: str, name: str | None = None) -> tup
 def lookup(storage: str, name: str) -> Registration | None:
     """The registration of study ``name`` in ``storage`` (None if there is no such registered study)."""
     import optuna
-    for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
+    for summary in optuna.get_all_study_summaries(connect(storage), include_best_trial=False):
         if summary.study_name == name:
             return read(name, summary.user_attrs)
     return None
@@ -118,9 +128,10 @@ def priority(attrs: dict) -> float:
     return float(attrs.get(PRIORITY, 0.0))
 
 
-def occupants(attrs: dict, now: float) -> dict:
-    """{owner: expiry} of the model workers measuring a study now (its user attributes ``attrs``)."""
-    return {k[len(ON_PREFIX):]: v for k, v in attrs.items() if k.startswith(ON_PREFIX) and v > now}
+def occupants(attrs: dict, now: float, prefix: str = ON_PREFIX) -> dict:
+    """{owner: expiry} of the model workers measuring a study now (its user attributes ``attrs``;
+    with ``prefix=WAITING_PREFIX``: of those waiting for work)."""
+    return {k[len(prefix):]: v for k, v in attrs.items() if k.startswith(prefix) and v > now}
 
 
 def model_studies(storage: str, fingerprint: str, run: str | None = None, closed: bool = False) -> list:
@@ -128,7 +139,7 @@ def model_studies(storage: str, fingerprint: str, run: str | None = None, closed
     run ``run`` only, if given), open ones only unless ``closed``."""
     import optuna
     out = []
-    for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
+    for summary in optuna.get_all_study_summaries(connect(storage), include_best_trial=False):
         reg = read(summary.study_name, summary.user_attrs)
         if reg is None or reg.run is None or reg.fingerprint != fingerprint or (run is not None and reg.run != run):
             continue

@@ -71,6 +71,8 @@ class SharedTuner(Tuner):
             study, _ = open_study(self.storage, self.join, make_sampler(self.config.sampler, self.config.seed))
         else:
             study = super()._study(previous)
+        from .snapshot_sampler import SnapshotSampler
+        study.sampler = SnapshotSampler(study.sampler)     # one read of the shared trials per ask
         self.leases = Leases(study, self.lease_s, self.owner)
         if self.join:
             self.goal = registry.budget(study)

@@ -26,7 +26,7 @@ import time
 
 from . import registry
 from .distributed import SharedTuner
-from .lease import owner_id, tally
+from .lease import CLAIM_GRACE_S, owner_id, tally
 
 POLL_S = 0.3    # between looks for work when there is none
 WAITING_S = 5.0     # a waiting worker's mark lasts this long
@@ -141,6 +141,8 @@ class ModelWorker:
         if reg is None:
             self.finish_closed()        # (before parking: the run sees this worker busy until the finalists are in)
             self._wait_here()
+        if reg is not None and reg.name != self.current:
+            reg = self._settle(reg)
         if reg is None or reg.name != self.current:
             self._park()
         if reg is None:
@@ -155,6 +157,17 @@ class ModelWorker:
             self._study(reg.name).set_user_attr(registry.DEAD, tuner.stop_reason)
             self.say(f"{reg.name}: {tuner.stop_reason}")
         return tuner.state.measured > before
+
+    def _settle(self, reg):
+        """Two workers that picked one new task at once: the later owner id picks again (a task that
+        nobody measures, if one has trials left), rather than both starting its tuner."""
+        self._mark(reg.name, time.time() + self._lease(reg))
+        time.sleep(CLAIM_GRACE_S)
+        first = [o for o in registry.occupants(self._study(reg.name).user_attrs, time.time()) if o < self.owner]
+        if not first:
+            return reg
+        self._mark(reg.name, 0.0)
+        return self.choose()
 
     def _wait_here(self) -> None:
         """Tell the open runs this worker waits for work (a run gives as many tasks a round at once

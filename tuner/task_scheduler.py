@@ -19,6 +19,11 @@ no more rounds. ``strategy="round-robin"`` gives each live task a round in turn 
 Each task is tuned by its own :class:`~tuner.search.Tuner` (its study, cost model and log
 records); its measurement workers run only during its rounds. Tasks share the log, so a task
 started later pretrains its cost model on the tasks tuned before it (transfer).
+
+Across processes (``tune-model --storage postgresql://...``, :mod:`tuner.model_coordinator`) the
+same bookkeeping hands rounds to workers instead of tuning them here: :meth:`TaskScheduler.round_size`,
+:meth:`TaskScheduler.next_task` with the tasks whose rounds are under way as ``busy``, and
+:meth:`TaskScheduler.record_round` when a round's trials are measured.
 """
 from __future__ import annotations
 

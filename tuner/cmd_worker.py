@@ -6,7 +6,10 @@
 A worker lists the studies that ``tensortune tune --storage URL`` registered (:mod:`tuner.registry`),
 joins one of its own target (CPU name, features, threads) with trials left, measures on its own
 CPU and appends to its log (locked, as every log append is) until the study's budget is measured,
-then looks for the next; it exits after ``--idle-exit`` seconds with nothing to do.  Also here:
+then looks for the next; it exits after ``--idle-exit`` seconds with nothing to do.  The studies of a
+whole-model run (``tensortune tune-model --storage URL``) are measured a round at a time, on the
+task the run wants and no other worker measures (:mod:`tuner.model_workers`); ``--model-run ID``
+works on that run only and exits once it is over.  Also here:
 ``tune --workers N`` (:func:`tune_with_local_workers`), which starts N such workers on this machine.
 """
 from __future__ import annotations
@@ -34,6 +37,8 @@ def add_parser(sub) -> None:
     w.add_argument("--lease", type=float, metavar="SECONDS",
                    help="lease of the trials this worker asks (default: the one the study was registered with)")
     w.add_argument("--study", metavar="NAME", help="work on this study only; exit once its run is over")
+    w.add_argument("--model-run", metavar="ID", help="work on the tasks of this whole-model run only (tune-model "
+                   "--workers starts its workers so); exit once the run is over")
     w.add_argument("--quiet", action="store_true", help="no line per study joined")
 
 
@@ -54,8 +59,7 @@ def run(args) -> int:
     """The worker loop; 0 when it exits idle (or its ``--study`` is over)."""
     from logs import LogError, TuningLog, default_log_path
 
-    from .registry import lookup, open_studies
-    from .study import StorageError, retry_schema_race, target_fingerprint
+    from .study import target_fingerprint
     from .target import host_target
     _check(args)
     try:
@@ -64,26 +68,66 @@ def run(args) -> int:
         raise CLIError(str(err)) from None
     fingerprint = target_fingerprint(host_target(args.threads))
     say = (lambda msg: None) if args.quiet else (lambda msg: print(f"worker: {msg}", flush=True))
-    skip, passed, idle_since = set(), set(), time.monotonic()
     say(f"target {fingerprint}; waiting for studies in {_safe_url(args.storage)}")
+    if args.model_run:
+        return _serve_model_run(args, log, say)
+    return _serve(args, log, say, fingerprint)
+
+
+def _storage_error(args, err) -> CLIError:
+    from .study import StorageError
+    return CLIError(str(StorageError(f"cannot open the Optuna storage {_safe_url(args.storage)}: "
+                                     f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")))
+
+
+def _serve_model_run(args, log, say) -> int:
+    from .model_workers import ModelWorker, serve
+    from .study import retry_schema_race
+    try:
+        import optuna
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        retry_schema_race(lambda: optuna.get_all_study_summaries(args.storage, include_best_trial=False))
+    except ImportError as err:
+        raise CLIError(f"cannot use --storage {args.storage}: {err}") from None
+    except Exception as err:  # noqa: BLE001 - SQLAlchemy/Optuna errors of a bad URL or unreachable server
+        raise _storage_error(args, err) from None
+    worker = ModelWorker(args.storage, log, args.threads, run=args.model_run, lease_s=args.lease, say=say)
+    n = serve(worker, args.idle_exit)
+    say(f"model run {args.model_run}: measured {n} trials")
+    return 0
+
+
+def _serve(args, log, say, fingerprint: str) -> int:
+    """Join studies until idle (a single workload's to its end; a model run's a round at a time)."""
+    from .model_workers import ModelWorker
+    from .registry import lookup, open_studies
+    from .study import retry_schema_race
+    skip, passed, idle_since = set(), set(), time.monotonic()
+    models = None       # a ModelWorker, once a model run's study is seen
     while True:
         try:
             found, other = retry_schema_race(lambda: open_studies(args.storage, fingerprint, args.study))
         except ImportError as err:
             raise CLIError(f"cannot use --storage {args.storage}: {err}") from None
         except Exception as err:  # noqa: BLE001 - SQLAlchemy/Optuna errors of a bad URL or unreachable server
-            raise CLIError(str(StorageError(f"cannot open the Optuna storage {_safe_url(args.storage)}: "
-                                            f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")))
+            raise _storage_error(args, err) from None
         for reg in other:
             if reg.name not in passed:      # measurements of another target must not enter it
                 passed.add(reg.name)
                 say(f"{reg.name}: another target ({reg.fingerprint}), not joined")
-        reg = next((r for r in found if r.name not in skip and _has_work(args.storage, r)), None)
+        reg = next((r for r in found if r.run is None and r.name not in skip and _has_work(args.storage, r)), None)
+        if reg is None and (models is not None or any(r.run is not None for r in found)):
+            models = models or ModelWorker(args.storage, log, args.threads, lease_s=args.lease, say=say)
+            if models.step() or models.finish_closed():     # a whole-model run's task (tuner.model_workers)
+                idle_since = time.monotonic()
+                continue
         if reg is None:
             mine = lookup(args.storage, args.study) if args.study else None
             if mine is not None and not mine.open:
                 return 0        # its run is over
             if time.monotonic() - idle_since >= args.idle_exit:
+                if models is not None:
+                    models.finish_closed(everything=True)
                 say(f"idle for {args.idle_exit:g} s; exiting")
                 return 0
             time.sleep(POLL_S)
@@ -103,7 +147,8 @@ def _has_work(storage: str, reg) -> bool:
     import optuna
 
     from .lease import tally
-    study = optuna.load_study(study_name=reg.name, storage=storage)
+    from .registry import connect
+    study = optuna.load_study(study_name=reg.name, storage=connect(storage))
     t = tally(study, reg.budget)
     return reg.budget - t.measured - len(t.admitted) > 0
 

@@ -43,8 +43,11 @@ class SharedTuner(Tuner):
     """
 
     def __init__(self, spec, config=None, *, storage: str, lease_s: float | None = None, join: str | None = None,
-                 space_ref: str | None = None, **kwargs):
+                 space_ref: str | None = None, run: str | None = None, meta: dict | None = None,
+                 owner: str | None = None, **kwargs):
         super().__init__(spec, config, storage=storage, **kwargs)
+        self.run_id, self.task_meta = run, meta     # a model run's task (tuner.model_coordinator)
+        self.owner = owner          # the process's owner id in the leases (default: one of its own)
         self.lease_s = lease_s if lease_s is not None else default_lease(self.config)
         self.join = join
         self.space_ref = space_ref
@@ -68,7 +71,9 @@ class SharedTuner(Tuner):
             study, _ = open_study(self.storage, self.join, make_sampler(self.config.sampler, self.config.seed))
         else:
             study = super()._study(previous)
-        self.leases = Leases(study, self.lease_s)
+        from .snapshot_sampler import SnapshotSampler
+        study.sampler = SnapshotSampler(study.sampler)     # one read of the shared trials per ask
+        self.leases = Leases(study, self.lease_s, self.owner)
         if self.join:
             self.goal = registry.budget(study)
             self.first = tally(study, self.goal).measured
@@ -76,7 +81,7 @@ class SharedTuner(Tuner):
             self.first = tally(study, 0).measured
             self.goal = self.first + self.config.trials
             registry.register(study, spec=self.spec, target=self.target, config=self.config, space=self.space_ref,
-                              lease_s=self.lease_s, budget=self.goal)
+                              lease_s=self.lease_s, budget=self.goal, run=self.run_id, meta=self.task_meta)
         self.leases.start()
         return LeasedStudy(study, self.leases)
 
@@ -222,17 +227,19 @@ class SharedTuner(Tuner):
 
 
 class LocalWorkers:
-    """``n`` ``tensortune worker`` processes on this machine for one study, each pinned to
+    """``n`` ``tensortune worker`` processes on this machine for one study (or a model run's), each pinned to
     ``threads`` cores of its own (``os.sched_setaffinity``), so that they do not disturb each
     other's timings."""
 
-    def __init__(self, n: int, threads: int, storage: str, study: str, log: str | None, lease_s: float):
+    def __init__(self, n: int, threads: int, storage: str, study: str | None, log: str | None, lease_s: float,
+                 run: str | None = None):
         cpus = sorted(os.sched_getaffinity(0))
         if n * threads > len(cpus):
             raise ValueError(f"{n} workers of {threads} thread{'s' if threads != 1 else ''} need {n * threads} "
                              f"cores; this process may use {len(cpus)}")
         self.cores = [cpus[i * threads:(i + 1) * threads] for i in range(n)]
-        self.args = ["--storage", storage, "--threads", str(threads), "--study", study, "--lease", f"{lease_s:g}",
+        which = ["--model-run", run] if run is not None else ["--study", study]   # a model run's studies, or one
+        self.args = ["--storage", storage, "--threads", str(threads), *which, "--lease", f"{lease_s:g}",
                      "--idle-exit", f"{max(30.0, lease_s):g}", "--quiet"] + (["--log", log] if log else [])
         self.procs = []
 

@@ -5,6 +5,7 @@
 1. plan the graph (passes, fusion, one workload per group) and extract the tasks;
 2. build the untuned model (heuristic starts only) and run it on seeded random inputs: the reference;
 3. spend the trial budget with the task scheduler (the table after every round, if ``progress``);
+   with a shared storage, across worker processes (:mod:`tuner.model_coordinator`);
 4. rebuild the model with the log's best schedules, check its outputs against the reference, and time
    it beside the untuned model and onnxruntime (when installed), side by side in this process.
 """
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 
 from .model_tasks import extract_tasks, select_tasks
 from .search import TuneConfig
+from .study import is_shared
 from .task_scheduler import SchedulerConfig, TaskScheduler
 
 
@@ -31,6 +33,9 @@ class ModelTuneOptions:
     seed: int = 0
     rounds: int = 5                   # alternating rounds of the final timing
     progress: bool = True             # the task table on stderr after every round
+    storage: str | None = None        # Optuna storage; a shared one (postgresql://) lets workers join
+    workers: int = 0                  # with a shared storage: local worker processes (0: this one measures)
+    lease_s: float | None = None      # with a shared storage: the lease of a silent process's trials
 
 
 def tune_model(graph, model_path: str | None, options: ModelTuneOptions, say=None) -> dict:
@@ -61,14 +66,22 @@ def tune_model(graph, model_path: str | None, options: ModelTuneOptions, say=Non
         untuned.threads = options.threads
     reference = untuned.run(feeds)
 
-    scheduler = result = None
+    scheduler = result = shared = None
     if chosen:
+        shared_storage = is_shared(options.storage)
         scheduler = TaskScheduler([t.task(model_name) for t in chosen],
                                   SchedulerConfig(trials=options.trials, strategy=options.strategy,
                                                   timeout_s=options.timeout_s),
                                   TuneConfig(threads=options.threads, seed=options.seed), log=TuningLog(log_path),
+                                  storage=None if shared_storage else options.storage,
                                   progress=TableProgress(tasks, enabled=options.progress))
-        result = scheduler.run()
+        if shared_storage:
+            from .model_coordinator import SharedModelRun
+            shared = SharedModelRun(scheduler, options.storage, TuningLog(log_path), options.threads,
+                                    workers=options.workers, lease_s=options.lease_s, say=say)
+            result = shared.run()
+        else:
+            result = scheduler.run()
     tune_s = time.perf_counter() - started
 
     tuned = assemble(plan, build_kernels(plan, log=log_path, threads=options.threads))
@@ -91,4 +104,5 @@ def tune_model(graph, model_path: str | None, options: ModelTuneOptions, say=Non
             "onnxruntime_latency_s": times.get("onnxruntime"),
             "speedup_vs_onnxruntime": times["onnxruntime"] / times["tuned"] if "onnxruntime" in times else None,
             "onnxruntime_note": ort_why, "outputs_match_untuned": problem is None, "mismatch": problem,
-            "stop_reason": result.stop_reason if result else "no task needs tuning", "log": log_path}
+            "stop_reason": result.stop_reason if result else "no task needs tuning", "log": log_path,
+            "workers": options.workers, "by_worker": shared.by_worker if shared is not None else None}

@@ -19,6 +19,11 @@ no more rounds. ``strategy="round-robin"`` gives each live task a round in turn 
 Each task is tuned by its own :class:`~tuner.search.Tuner` (its study, cost model and log
 records); its measurement workers run only during its rounds. Tasks share the log, so a task
 started later pretrains its cost model on the tasks tuned before it (transfer).
+
+Across processes (``tune-model --storage postgresql://...``, :mod:`tuner.model_coordinator`) the
+same bookkeeping hands rounds to workers instead of tuning them here: :meth:`TaskScheduler.round_size`,
+:meth:`TaskScheduler.next_task` with the tasks whose rounds are under way as ``busy``, and
+:meth:`TaskScheduler.record_round` when a round's trials are measured.
 """
 from __future__ import annotations
 
@@ -71,13 +76,14 @@ class TaskState:
     history: list = field(default_factory=list)   # best latency after each round
     dead: str | None = None         # why the task gets no more rounds
     result: TuneResult | None = None
+    best_s: float = math.inf        # best latency known from elsewhere (workers' shared study), without a tuner
 
     @property
     def latency(self) -> float:
         """Best latency (s) so far: the best estimate of this run, else the log's best; inf if none."""
         t = self.tuner
         if t is None or t.state is None:
-            return math.inf
+            return self.best_s
         gflops = t.state.best_estimate()
         if gflops > 0:
             return self.task.spec.flops / (gflops * 1e9)
@@ -159,8 +165,7 @@ class TaskScheduler:
         st = self.states[index]
         t0 = time.perf_counter()
         tuner = self._tuner(st)
-        size = self.round_trials if st.history else self.warmup_trials
-        want = min(size, self.config.trials - self.trials)
+        want = self.round_size(index)
         before = tuner.state.measured
         tuner.config.trials = before + want     # the tuner's batches stop at the round's end
         try:
@@ -171,7 +176,21 @@ class TaskScheduler:
         finally:
             tuner.measurer.close()     # idle tasks keep no worker processes
         done = tuner.state.measured - before
-        st.seconds += time.perf_counter() - t0
+        self.record_round(index, done, time.perf_counter() - t0)
+        return done
+
+    def round_size(self, index: int) -> int:
+        """Trials the next round of task ``index`` should measure (a warm-up round is smaller)."""
+        size = self.round_trials if self.states[index].history else self.warmup_trials
+        return min(size, self.config.trials - self.trials)
+
+    def record_round(self, index: int, done: int, seconds: float) -> None:
+        """Book a finished round of task ``index`` (``done`` trials measured in ``seconds``): its
+        history, and whether it gets more rounds."""
+        if self.started is None:
+            self.started = time.perf_counter()
+        st = self.states[index]
+        st.seconds += seconds
         st.trials += done
         st.rounds += 1
         st.history.append(st.latency)
@@ -183,7 +202,6 @@ class TaskScheduler:
         if st.dead is None and n and len(st.history) > n and st.history[-1] > 0.99 * st.history[-1 - n]:
             st.dead = f"no 1% gain in its last {n} rounds"
         self.history.append((self.trials, time.perf_counter() - self.started, self.estimated_latency()))
-        return done
 
     def estimated_latency(self) -> float:
         """``sum(weight * best latency)`` over the tasks (inf while a task has no measurement)."""
@@ -215,9 +233,10 @@ class TaskScheduler:
             grads.append(s.task.weight * (cfg.alpha * backward + (1 - cfg.alpha) * forward))
         return grads
 
-    def next_task(self) -> int | None:
-        """The task the next round goes to (None when every task is done)."""
-        live = [i for i, s in enumerate(self.states) if s.dead is None]
+    def next_task(self, busy=()) -> int | None:
+        """The task the next round goes to (None when every task is done); tasks in ``busy``
+        (a round under way on other workers) are passed over."""
+        live = [i for i, s in enumerate(self.states) if s.dead is None and i not in busy]
         if not live:
             return None
         fresh = [i for i in live if not self.states[i].history]
@@ -227,7 +246,7 @@ class TaskScheduler:
             n = len(self.states)
             for k in range(n):
                 i = (self._next_rr + k) % n
-                if self.states[i].dead is None:
+                if i in live:
                     self._next_rr = i + 1
                     return i
         grads = self.gradients()

@@ -34,6 +34,7 @@ from tensorir.te.expr import Binary, BinOp, Const, Var
 
 from .tiling import fuse_parallel, split_all
 
+LOCAL_VALUES = 8192       # accumulators of one local tile (32 KiB of fp32, in L1 beside a weight block)
 MAX_UNROLLED_FMAS = 256   # vector FMAs of the register tile times the unrolled channel block
 
 ORDERS = ("c|rs", "crs|", "|crs", "rsc|")     # reduce loops above | below the local tile's tile loops
@@ -208,9 +209,11 @@ def block_choices(C: int) -> list:
 def heuristic_tile(info: ConvInfo, lanes: int, registers: int) -> tuple:
     """``(kb, qt, pt)``: the register tile that best fills ``registers`` vector registers.
 
-    Accumulators ``pt * qt * kb/lanes``, plus ``kb/lanes`` weight vectors and one broadcast (depthwise:
-    an input vector per column) must fit.  Among those, the tile with the most useful FMAs per
-    register: lanes past ``K`` and columns past ``Q`` (edge tiles) count as waste.
+    Accumulators ``pt * qt * kb/lanes`` plus ``kb/lanes`` weight vectors must fit (the broadcast
+    input is the FMA's memory operand; depthwise: an input vector per column, one more register).
+    Among those, the tile with the most useful FMAs per register: lanes past ``K`` and columns past
+    ``Q`` (edge tiles) count as waste, and a tile that does not divide ``K``, ``P`` or ``Q`` runs its
+    edge in guarded code without register accumulators.
     """
     best, best_score = (lanes, 1, 1), -1.0
     # a depthwise window reuses no weight vector across channels: one vector per tile, more tasks
@@ -221,18 +224,29 @@ def heuristic_tile(info: ConvInfo, lanes: int, registers: int) -> tuple:
                 continue
             for qt in range(1, min(info.Q, 32) + 1):
                 acc = pt * qt * m
-                if acc + m + 1 > registers:
+                if acc + m + (1 if info.depthwise else 0) > registers:
                     continue
                 use_k = info.K / (-(-info.K // kb) * kb)
                 use_q = info.Q / (-(-info.Q // qt) * qt)
                 use_p = info.P / (-(-info.P // pt) * pt)
                 # guarded edge tiles run element by element: a tile that divides the row is worth more
-                edge = (1.0 if info.Q % qt == 0 else 0.7) * (1.0 if info.P % pt == 0 else 0.7)
+                edge = (1.0 if info.Q % qt == 0 else 0.7) * (1.0 if info.P % pt == 0 else 0.7) \
+                    * (1.0 if info.K % kb == 0 else 0.7)
                 # ties: more weight vectors per broadcast (14 x 2 vectors loads 16 per 28 FMAs, 28 x 1 loads 29)
                 score = acc * use_k * use_q * use_p * edge * (kb / (m * lanes)) * (1 + 0.01 * min(m, 2))
                 if score > best_score + 1e-9:
                     best, best_score = (kb, qt, pt), score
     return best
+
+
+def local_rows(choices: list, row_values: int, other_tasks: int, p_tiles: int, cores: int) -> int:
+    """Row tiles per local tile: the most that keep its accumulators within ``LOCAL_VALUES`` and
+    leave at least ``cores`` parallel tasks (``other_tasks`` of them from the channel and column
+    tiles).  Every channel block's weights are read once per local tile, so a local tile over the
+    whole output plane of a small-spatial, many-channel layer (ResNet's 512 x 512 x 3 x 3 at 7x7:
+    9 MiB of weights for 49 positions) reads them once instead of once per row."""
+    ok = [c for c in choices if c * row_values <= LOCAL_VALUES and other_tasks * -(-p_tiles // c) >= cores]
+    return max(ok, default=1)
 
 
 # ----------------------------------------------------------------------- rule
@@ -260,7 +274,7 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
             src.hint(f"{name}.cb", min(blocks, key=lambda b: (info.C % b != 0, abs(b - 16), b)))
             cb = src.choose(f"{name}.cb", blocks)
     m = -(-kb // lanes)
-    budget = max(1, (space.registers - m - 1) // m)
+    budget = max(1, (space.registers - m - (1 if info.depthwise else 0)) // m)
     src.hint(f"{name}.pt", pt0)
     pt = src.choose(f"{name}.pt", [c for c in space.small_choices(info.P, (1, 2, 3, 4)) if c <= budget] or [1])
     src.hint(f"{name}.qt", qt0)
@@ -268,10 +282,18 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
                                    if c * pt <= budget] or [1])
     # the local tile: register tiles per output row (the row's reuse of one channel block's weights)
     q_tiles = -(-info.Q // qt)
-    src.hint(f"{name}.q2", q_tiles if q_tiles * qt * pt * kb <= 8192 else 1)
+    src.hint(f"{name}.q2", q_tiles if q_tiles * qt * pt * kb <= LOCAL_VALUES else 1)
     q2 = src.choose(f"{name}.q2", space.level_choices(q_tiles))
-    src.hint(f"{name}.p2", 1)
-    p2 = src.choose(f"{name}.p2", space.level_choices(max(1, -(-info.P // pt)), 8))
+    p_tiles = max(1, -(-info.P // pt))
+    p_choices = space.level_choices(p_tiles)
+    # the task's weights past L1 (a window over many channels): one local tile over more rows reads
+    # them fewer times; else (1x1, stems) the reduction per channel block is too short to pay for
+    # the accumulators' loads and stores of a local tile too large for the registers' row
+    task_weights = kb * (1 if info.depthwise else info.C) * info.R * info.S
+    src.hint(f"{name}.p2", 1 if info.R * info.S == 1 or task_weights < LOCAL_VALUES else
+             local_rows(p_choices, q2 * qt * pt * kb, -(-info.K // kb) * -(-q_tiles // q2), p_tiles,
+                        space.options.cores))
+    p2 = src.choose(f"{name}.p2", p_choices)
     src.hint(f"{name}.k2", 1)
     k2 = src.choose(f"{name}.k2", space.level_choices(max(1, -(-info.K // kb)), 8))
     orders = DW_ORDERS if info.depthwise else ORDERS

@@ -249,6 +249,21 @@ def local_rows(choices: list, row_values: int, other_tasks: int, p_tiles: int, c
     return max(ok, default=1)
 
 
+def _vectorize_copy(s, loop: str, lanes: int):
+    """Vectorize the copy-out's last loop; one longer than a vector register group (a stem's row of
+    112 columns) is split by the largest divisor up to ``lanes`` first, not left scalar."""
+    n = s.extent(loop)
+    if n <= 1:
+        return s
+    if n > MAX_VECTOR_LANES:
+        f = max((d for d in range(2, lanes + 1) if n % d == 0), default=1)
+        if f == 1:
+            return s
+        s = s.split(loop, factor=f)
+        loop = s.trace[-1].outputs[1]
+    return s.vectorize(loop)
+
+
 # ----------------------------------------------------------------------- rule
 
 def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
@@ -302,7 +317,15 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
     # layouts: data NCHW[cb]c (padding inlined into the pack), weights OIHW[cb]i[kb]o
     packs = []
     if not info.blocked:
-        s = s.pack(info.data, {1: cb}, order=["0", "1.o", "2", "3", "1.i"], consumers=[name])
+        # a window's FMAs broadcast single input elements, so the data's channel blocks need not be
+        # innermost: a stem's few channels (one block) stay rows of columns, a plain padded copy
+        # (vector loads and stores) instead of a transposing one
+        rows_inner = False
+        if not info.depthwise and cb >= info.C:
+            src.hint(f"{name}.data_rows_inner", True)
+            rows_inner = src.choose(f"{name}.data_rows_inner", [False, True])
+        s = s.pack(info.data, {1: cb}, order=["0", "1.o", "1.i", "2", "3"] if rows_inner else
+                   ["0", "1.o", "2", "3", "1.i"], consumers=[name])
         packs.append(s.trace[-1].outputs[0])
         if info.pad_stage is not None:
             s = s.compute_inline(info.pad_stage)
@@ -372,8 +395,7 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
             s = space._elementwise(s, src, p, keep_outer=True, parallel=False)
     else:
         s = fuse_parallel(s, l0, src, outer)
-    if 1 < s.extent(l1[-1]) <= MAX_VECTOR_LANES:
-        s = s.vectorize(l1[-1])
+    s = _vectorize_copy(s, l1[-1], lanes)
 
     # the local tile: reduce loops around the register tile in the decided order
     lst = s._state.stage(local)

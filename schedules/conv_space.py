@@ -206,11 +206,19 @@ def block_choices(C: int) -> list:
     return sorted({b for b in (4, 8, 16, 32, 64) if b < C} | ({C} if C <= 64 else set()))
 
 
+def spare_registers(info: ConvInfo, registers: int) -> int:
+    """Registers a tile needs besides its accumulators and weight vectors: the broadcast input, in
+    a register without AVX-512's broadcast memory operands (16 registers: AVX2) or for a depthwise
+    window (an input vector, not a broadcast)."""
+    return 1 if info.depthwise or registers < 32 else 0
+
+
 def heuristic_tile(info: ConvInfo, lanes: int, registers: int) -> tuple:
     """``(kb, qt, pt)``: the register tile that best fills ``registers`` vector registers.
 
-    Accumulators ``pt * qt * kb/lanes`` plus ``kb/lanes`` weight vectors must fit (the broadcast
-    input is the FMA's memory operand; depthwise: an input vector per column, one more register).
+    Accumulators ``pt * qt * kb/lanes`` plus ``kb/lanes`` weight vectors must fit, and a register
+    for the broadcast input unless the FMA takes it as a broadcast memory operand (AVX-512's
+    ``{1toN}``, the targets with 32 registers); depthwise: an input vector per column, one more.
     Among those, the tile with the most useful FMAs per register: lanes past ``K`` and columns past
     ``Q`` (edge tiles) count as waste, and a tile that does not divide ``K``, ``P`` or ``Q`` runs its
     edge in guarded code without register accumulators.
@@ -224,7 +232,7 @@ def heuristic_tile(info: ConvInfo, lanes: int, registers: int) -> tuple:
                 continue
             for qt in range(1, min(info.Q, 32) + 1):
                 acc = pt * qt * m
-                if acc + m + (1 if info.depthwise else 0) > registers:
+                if acc + m + spare_registers(info, registers) > registers:
                     continue
                 use_k = info.K / (-(-info.K // kb) * kb)
                 use_q = info.Q / (-(-info.Q // qt) * qt)
@@ -289,7 +297,7 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
             src.hint(f"{name}.cb", min(blocks, key=lambda b: (info.C % b != 0, abs(b - 16), b)))
             cb = src.choose(f"{name}.cb", blocks)
     m = -(-kb // lanes)
-    budget = max(1, (space.registers - m - (1 if info.depthwise else 0)) // m)
+    budget = max(1, (space.registers - m - spare_registers(info, space.registers)) // m)
     src.hint(f"{name}.pt", pt0)
     pt = src.choose(f"{name}.pt", [c for c in space.small_choices(info.P, (1, 2, 3, 4)) if c <= budget] or [1])
     src.hint(f"{name}.qt", qt0)

@@ -257,6 +257,19 @@ def local_rows(choices: list, row_values: int, other_tasks: int, p_tiles: int, c
     return max(ok, default=1)
 
 
+def _chunks_outside_taps(s, w_pack: str):
+    """Make the loop over a weight pack's vector chunks of output channels the task's outermost:
+    one chunk's lines of KCRS stay in L1 while its input channels and taps are copied (their
+    stride, C*R*S floats, is often a multiple of 2 KiB, so the lines of 64 output channels fall
+    in 2 of L1's sets and evict each other)."""
+    loops = s.loops(w_pack)
+    chunk = f"{w_pack}.d0.i.0"
+    rest = [f"{w_pack}.{d}" for d in ("d1.o", "d1.i", "d2", "d3")]
+    if chunk in loops and all(lp in loops for lp in rest) and s.extent(chunk) > 1:
+        s = s.reorder(chunk, *rest)
+    return s
+
+
 def _vectorize_copy(s, loop: str, lanes: int):
     """Vectorize the copy-out's last loop; one longer than a vector register group (a stem's row of
     112 columns) is split by the largest divisor up to ``lanes`` first, not left scalar."""
@@ -323,29 +336,33 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
     order = src.choose(f"{name}.order", list(orders))
 
     # layouts: data NCHW[cb]c (padding inlined into the pack), weights OIHW[cb]i[kb]o
-    packs = []
+    packs, w_pack = [], None
     if not info.blocked:
         # a window's FMAs broadcast single input elements, so the data's channel blocks need not be
         # innermost: a stem's few channels (one block) stay rows of columns, a plain padded copy
         # (vector loads and stores) instead of a transposing one
         rows_inner = False
         if not info.depthwise and cb >= info.C:
-            src.hint(f"{name}.data_rows_inner", True)
+            src.hint(f"{name}.data_rows_inner", info.C < 16)
             rows_inner = src.choose(f"{name}.data_rows_inner", [False, True])
         s = s.pack(info.data, {1: cb}, order=["0", "1.o", "1.i", "2", "3"] if rows_inner else
                    ["0", "1.o", "2", "3", "1.i"], consumers=[name])
         packs.append(s.trace[-1].outputs[0])
         if info.pad_stage is not None:
             s = s.compute_inline(info.pad_stage)
-        if info.weights is None:
-            pass
-        elif info.depthwise:
+        if info.weights is not None and info.depthwise:
             s = s.pack(info.weights, {0: kb}, order=["0.o", "1", "2", "3", "0.i"], consumers=[name])
-        else:
+            packs.append(s.trace[-1].outputs[0])
+        elif info.weights is not None:
             s = s.pack(info.weights, {0: kb, 1: cb}, order=["0.o", "1.o", "2", "3", "1.i", "0.i"],
                        consumers=[name])
-        if info.weights is not None:
-            packs.append(s.trace[-1].outputs[0])
+            w_pack = s.trace[-1].outputs[0]
+            packs.append(w_pack)
+            if info.R * info.S > 1:
+                # copied in the source's order: a channel's taps (one cache line of KCRS) inside the
+                # block's channels; the layout's order re-reads 16 channels' lines per tap for each
+                # of kb output channels (64 x 16 x 9 floats: past L1 at 64 lanes)
+                s = s.reorder(f"{w_pack}.d1.i", f"{w_pack}.d2", f"{w_pack}.d3")
     # the weights: packed at root, or each parallel task packs the block of output channels it
     # computes (where the weights outweigh the data, e.g. 512 channels at 7x7: 9 MiB of weights per
     # call, packed while hot in the task's cache instead of streamed through memory twice)
@@ -401,6 +418,8 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
         for p in in_task:
             s = s.compute_at(p, l0[1])
             s = space._elementwise(s, src, p, keep_outer=True, parallel=False)
+            if p == w_pack and info.R * info.S > 1:
+                s = _chunks_outside_taps(s, w_pack)
     else:
         s = fuse_parallel(s, l0, src, outer)
     s = _vectorize_copy(s, l1[-1], lanes)

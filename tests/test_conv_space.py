@@ -226,3 +226,13 @@ def test_numpy_packing_helpers_round_trip():
     w = rng.standard_normal((32, 24, 3, 1)).astype(np.float32)
     wb = ops.pack_weights_oihwio(w, 8, 16)
     assert wb.shape == (2, 3, 3, 1, 8, 16) and wb[1, 2, 0, 0, 3, 7] == w[16 + 7, 16 + 3, 0, 0]
+
+
+def test_weights_packed_per_task_are_copied_one_vector_chunk_at_a_time():
+    space = GeneratedSpace(ops.conv2d(1, 32, 7, 7, 128, 3, 3, pad=1), AVX512)
+    d = space.default_decisions()
+    assert d["Y.pack_in_task"] is True and d["Y.kb"] == 64
+    s = space.apply(FixedDecisions(d))
+    loops = s.loops("Wt_pack")
+    assert loops[-6:-1] == ["Wt_pack.d0.i.0", "Wt_pack.d1.o", "Wt_pack.d1.i", "Wt_pack.d2", "Wt_pack.d3"]
+    _run(s, "conv2d", dict(N=1, C=32, H=7, W=7, K=128, R=3, S=3, stride=1, pad=1, dilation=1))

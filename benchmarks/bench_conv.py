@@ -10,8 +10,7 @@ with ``--trials`` trials through the tuner's Python API (``--heuristic``: no sea
 space's first trial), then timed against onnxruntime in this process: a one-node ONNX model with
 the same convolution (constant weights, as in a model), ``intra_op_num_threads`` = threads,
 ``session.intra_op.allow_spinning=0``, ``ORT_ENABLE_ALL``; alternating rounds with a pause at every
-switch, medians; our arrays copied to 64-byte boundaries (see ``aligned``); ``--prepack``: our
-weights packed once outside the timed call, as onnxruntime's are.  Prints per layer GFLOP/s of both, the ratio (ours / onnxruntime: above 1 is faster),
+switch, medians.  Prints per layer GFLOP/s of both, the ratio (ours / onnxruntime: above 1 is faster),
 the fraction of this machine's FMA peak (``tuner.machine_peak``), and the geometric mean per network.
 
 onnxruntime is a benchmark dependency only (the ``dev`` extra); the library never imports it.
@@ -180,20 +179,6 @@ def compare_with_onnxruntime(spec: WorkloadSpec, trace: dict, threads: int, roun
     return t["ours"], t["onnxruntime"]
 
 
-def aligned(a: np.ndarray, alignment: int = 64) -> np.ndarray:
-    """A copy of ``a`` starting on an ``alignment``-byte boundary.
-
-    numpy's large arrays start 16 bytes past a page (glibc's chunk header), so every 64-byte vector
-    load of a packed weight block straddles two cache lines: 512@7 3x3 timed 83-91 GFLOP/s from
-    numpy's arrays and 127 from aligned copies (1 thread, side by side). onnxruntime packs its
-    weights into aligned buffers of its own; the same for ours keeps the comparison about the kernels."""
-    buf = np.empty(a.nbytes + alignment, np.uint8)
-    start = (-buf.ctypes.data) % alignment
-    out = buf[start:start + a.nbytes].view(a.dtype).reshape(a.shape)
-    out[...] = a
-    return out
-
-
 def compare_variants(spec: WorkloadSpec, traces: dict, threads: int, rounds: int = 5,
                      prepacked: bool = False) -> dict:
     """Seconds per call of each of ``traces`` (name -> trace) and of onnxruntime, side by side.
@@ -212,10 +197,10 @@ def compare_variants(spec: WorkloadSpec, traces: dict, threads: int, rounds: int
     ref = sess.run(None, feed)[0]
     fns = {}
     for name, trace in traces.items():
-        outs = [aligned(o) for o in spec.empty_outputs()]
+        outs = spec.empty_outputs()
         sched = Schedule.from_json(spec.tensors(), trace)
         pre = prepack(spec.tensors(), sched, {1}) if prepacked and w is not None else None
-        args = [aligned(a) for a in (pre.arrays(inputs) if pre is not None else inputs)]
+        args = pre.arrays(inputs) if pre is not None else inputs
         kernel = build((pre.schedule if pre is not None else sched).lower())
         kernel.threads = threads
         kernel(*args, *outs)

@@ -206,22 +206,30 @@ def block_choices(C: int) -> list:
     return sorted({b for b in (4, 8, 16, 32, 64) if b < C} | ({C} if C <= 64 else set()))
 
 
-def spare_registers(info: ConvInfo, registers: int) -> int:
-    """Registers a tile needs besides its accumulators and weight vectors: the broadcast input, in
-    a register without AVX-512's broadcast memory operands (16 registers: AVX2) or for a depthwise
-    window (an input vector, not a broadcast)."""
-    return 1 if info.depthwise or registers < 32 else 0
+def spare_registers(info: ConvInfo, registers: int, vectors: int) -> int:
+    """Registers a tile needs besides its accumulators and weight vectors: the broadcast input, in a
+    register unless one FMA alone reads it (one weight vector) with AVX-512's broadcast memory
+    operand (32 registers); a depthwise window's input vector always."""
+    return 0 if not info.depthwise and registers >= 32 and vectors == 1 else 1
+
+
+GUARDED_COST = 4.0   # a guarded edge tile's time per useful FMA, in full tiles' (memory accumulators)
+
+
+def _edge_share(n: int, t: int) -> float:
+    """Useful share of the time over ``n`` in tiles of ``t``: the edge tile runs guarded code."""
+    full, rest = divmod(n, t)
+    return n / (full * t + (GUARDED_COST * t if rest else 0))
 
 
 def heuristic_tile(info: ConvInfo, lanes: int, registers: int) -> tuple:
     """``(kb, qt, pt)``: the register tile that best fills ``registers`` vector registers.
 
     Accumulators ``pt * qt * kb/lanes`` plus ``kb/lanes`` weight vectors must fit, and a register
-    for the broadcast input unless the FMA takes it as a broadcast memory operand (AVX-512's
-    ``{1toN}``, the targets with 32 registers); depthwise: an input vector per column, one more.
-    Among those, the tile with the most useful FMAs per register: lanes past ``K`` and columns past
-    ``Q`` (edge tiles) count as waste, and a tile that does not divide ``K``, ``P`` or ``Q`` runs its
-    edge in guarded code without register accumulators.
+    for the broadcast input (see :func:`spare_registers`).  Among those, the tile with the most
+    useful FMAs per register: a tile that does not divide ``K``, ``P`` or ``Q`` runs its edge in
+    guarded code without register accumulators, ``GUARDED_COST`` times slower (ResNet 512@7: 2
+    vectors x 7 columns x 2 rows, whose last row is such an edge, ran at 0.6x of 2 x 7 x 1).
     """
     best, best_score = (lanes, 1, 1), -1.0
     # a depthwise window reuses no weight vector across channels: one vector per tile, more tasks
@@ -232,16 +240,11 @@ def heuristic_tile(info: ConvInfo, lanes: int, registers: int) -> tuple:
                 continue
             for qt in range(1, min(info.Q, 32) + 1):
                 acc = pt * qt * m
-                if acc + m + spare_registers(info, registers) > registers:
+                if acc + m + spare_registers(info, registers, m) > registers:
                     continue
-                use_k = info.K / (-(-info.K // kb) * kb)
-                use_q = info.Q / (-(-info.Q // qt) * qt)
-                use_p = info.P / (-(-info.P // pt) * pt)
-                # guarded edge tiles run element by element: a tile that divides the row is worth more
-                edge = (1.0 if info.Q % qt == 0 else 0.7) * (1.0 if info.P % pt == 0 else 0.7) \
-                    * (1.0 if info.K % kb == 0 else 0.7)
+                use_k, use_q, use_p = _edge_share(info.K, kb), _edge_share(info.Q, qt), _edge_share(info.P, pt)
                 # ties: more weight vectors per broadcast (14 x 2 vectors loads 16 per 28 FMAs, 28 x 1 loads 29)
-                score = acc * use_k * use_q * use_p * edge * (kb / (m * lanes)) * (1 + 0.01 * min(m, 2))
+                score = acc * use_k * use_q * use_p * (kb / (m * lanes)) * (1 + 0.01 * min(m, 2))
                 if score > best_score + 1e-9:
                     best, best_score = (kb, qt, pt), score
     return best
@@ -310,7 +313,7 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
             src.hint(f"{name}.cb", min(blocks, key=lambda b: (info.C % b != 0, abs(b - 16), b)))
             cb = src.choose(f"{name}.cb", blocks)
     m = -(-kb // lanes)
-    budget = max(1, (space.registers - m - spare_registers(info, space.registers)) // m)
+    budget = max(1, (space.registers - m - spare_registers(info, space.registers, m)) // m)
     src.hint(f"{name}.pt", pt0)
     pt = src.choose(f"{name}.pt", [c for c in space.small_choices(info.P, (1, 2, 3, 4)) if c <= budget] or [1])
     src.hint(f"{name}.qt", qt0)

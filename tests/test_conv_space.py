@@ -82,10 +82,13 @@ def test_the_heuristic_tile_fills_the_registers_and_fits_the_row():
     kb, qt, pt = heuristic_tile(info, 8, 16)
     assert kb // 8 * qt * pt + kb // 8 + 1 <= 16 and 56 % qt == 0
     assert lane_choices(3, 16) == [4, 16] and lane_choices(64, 16) == [16, 32, 48, 64]
-    # 7 columns: 4 weight vectors x 7 columns (28 accumulators, the broadcast a memory operand);
-    # 3 vectors would leave a guarded edge block of 512 channels
+    # 7 rows of 7 columns: no tile of 2 rows (its last row would run guarded, without registers)
     (info,) = find_convs(GeneratedSpace(ops.conv2d(1, 512, 7, 7, 512, 3, 3, pad=1), AVX512).base.stage_graph()).values()
-    assert heuristic_tile(info, 16, 32) == (64, 7, 1)
+    kb, qt, pt = heuristic_tile(info, 16, 32)
+    assert (qt, pt) == (7, 1) and kb // 16 * 8 + 1 <= 32
+    # one weight vector: the broadcast is the FMA's memory operand, no register of its own
+    (info,) = find_convs(GeneratedSpace(ops.conv2d(1, 16, 8, 31, 16, 1, 1), AVX512).base.stage_graph()).values()
+    assert heuristic_tile(info, 16, 32) == (16, 31, 1)
 
 
 @pytest.mark.parametrize("C,K,H,R,stride,rows", [
@@ -231,7 +234,7 @@ def test_numpy_packing_helpers_round_trip():
 def test_weights_packed_per_task_are_copied_one_vector_chunk_at_a_time():
     space = GeneratedSpace(ops.conv2d(1, 32, 7, 7, 128, 3, 3, pad=1), AVX512)
     d = space.default_decisions()
-    assert d["Y.pack_in_task"] is True and d["Y.kb"] == 64
+    assert d["Y.pack_in_task"] is True and d["Y.kb"] >= 32
     s = space.apply(FixedDecisions(d))
     loops = s.loops("Wt_pack")
     assert loops[-6:-1] == ["Wt_pack.d0.i.0", "Wt_pack.d1.o", "Wt_pack.d1.i", "Wt_pack.d2", "Wt_pack.d3"]

@@ -21,7 +21,9 @@ data or its zero-padding stage, ``W`` the weights) or, depthwise, of ``D[n, c, p
 - a 1x1 convolution is the same nest without a window: a matrix product on the blocked layout.
 
 The heuristic start fills the vector registers (accumulators + weight vectors + one broadcast) with
-the tile that wastes least on the edges of this shape.  Why these defaults:
+the tile that wastes least on the edges of this shape, and where a task's weights pass L1 grows the
+local tile over more output rows (the whole plane of a 7x7 or 14x14 layer), so each channel block's
+weights are read once per local tile instead of once per row.  Why these defaults:
 docs/decisions/023-convolution-rule.md
 """
 from __future__ import annotations
@@ -217,7 +219,10 @@ GUARDED_COST = 4.0   # a guarded edge tile's time per useful FMA, in full tiles'
 
 
 def _edge_share(n: int, t: int) -> float:
-    """Useful share of the time over ``n`` in tiles of ``t``: the edge tile runs guarded code."""
+    """Useful share of the time over ``n`` in tiles of ``t``: the edge tile runs guarded code (a
+    single tile wider than ``n`` is clipped to it instead: its waste is the lanes past ``n``)."""
+    if n < t:
+        return n / t
     full, rest = divmod(n, t)
     return n / (full * t + (GUARDED_COST * t if rest else 0))
 

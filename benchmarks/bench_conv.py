@@ -1,8 +1,7 @@
 """Convolutions of ResNet-18 and MobileNet-V2, tuned, against onnxruntime side by side.
 
     python benchmarks/bench_conv.py [--net resnet18,mobilenetv2] [--only LAYER,...] [--threads 1,2]
-                                    [--trials 64] [--heuristic] [--form nchw|nchwc] [--prepack] [--seed 0]
-                                    [--json PATH]
+                                    [--trials 64] [--heuristic] [--form nchw|nchwc] [--seed 0] [--json PATH]
                                     [--variant "Y.kb=32 Y.qt=14" ...]
 
 Every distinct convolution of the two networks (batch 1, fp32, NCHW) is tuned from an empty log
@@ -33,7 +32,7 @@ from tensorir.ops.library import unpack_nchwc
 from tensorir.runtime import build
 from tuner.compare import side_by_side
 from tuner.machine_peak import machine_peak
-from tuner.prepack import prepack
+from tuner.prepack import constant_indices, packed_arrays, prepack
 from tuner.search import TuneConfig, Tuner
 from tuner.spec import WorkloadSpec
 from tuner.target import host_target
@@ -145,7 +144,15 @@ def _pool_session(workload: str, p: dict, threads: int):
                     [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [p["N"], p["C"], P, Q])], [], threads)
 
 
-def best_trace(spec: WorkloadSpec, threads: int, trials: int, seed: int, heuristic: bool):
+def constants_of(spec: WorkloadSpec, per_call: bool) -> tuple:
+    """The weights, constant as in a model (onnxruntime packs its constant weights once, when the
+    session is created; our model builds pack them once too, tuner.prepack), unless ``per_call``.
+    ``conv2d_nchwc`` takes its weights packed already."""
+    names = [t.name for t in spec.tensors() if t.is_placeholder]
+    return () if per_call or spec.name == "conv2d_nchwc" or "Wt" not in names else ("Wt",)
+
+
+def best_trace(spec: WorkloadSpec, threads: int, trials: int, seed: int, heuristic: bool, constants: tuple = ()):
     """(trace, tuning seconds): the heuristic start, or the best of a fresh ``trials``-trial run."""
     t0 = time.perf_counter()
     if heuristic:
@@ -153,7 +160,7 @@ def best_trace(spec: WorkloadSpec, threads: int, trials: int, seed: int, heurist
         s = space.apply(FixedDecisions(space.default_decisions()))
         return s.to_json(), time.perf_counter() - t0
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = TuneConfig(trials=trials, seed=seed, threads=threads)
+        cfg = TuneConfig(trials=trials, seed=seed, threads=threads, constants=constants)
         cfg.measure.threads = threads
         res = Tuner(spec, cfg, log=TuningLog(f"{tmp}/log.jsonl"), storage=f"sqlite:///{tmp}/log.jsonl.optuna.db",
                     model_path=f"{tmp}/log.jsonl.costmodel").run()
@@ -169,22 +176,19 @@ def blocked_spec(workload: str, params: dict) -> WorkloadSpec:
 
 
 def compare_with_onnxruntime(spec: WorkloadSpec, trace: dict, threads: int, rounds: int = 5,
-                             prepacked: bool = False) -> tuple:
+                             constants: tuple = ()) -> tuple:
     """(ours, onnxruntime) seconds per call, timed side by side; our output checked against onnxruntime's.
 
     For ``conv2d_nchwc`` the data is packed and the weights prepacked outside the timing (the graph
     level keeps activations blocked and packs constant weights at build time); onnxruntime gets them
     in NCHW / KCRS (its time includes its own reorders of the data and output)."""
-    t = compare_variants(spec, {"ours": trace}, threads, rounds, prepacked)
+    t = compare_variants(spec, {"ours": trace}, threads, rounds, constants)
     return t["ours"], t["onnxruntime"]
 
 
-def compare_variants(spec: WorkloadSpec, traces: dict, threads: int, rounds: int = 5,
-                     prepacked: bool = False) -> dict:
-    """Seconds per call of each of ``traces`` (name -> trace) and of onnxruntime, side by side.
-
-    ``prepacked``: the weights' pack moved out of the kernel and done once (``tuner.prepack``, as a
-    model build does for constant weights), as onnxruntime packs its initializers at session creation."""
+def compare_variants(spec: WorkloadSpec, traces: dict, threads: int, rounds: int = 5, constants: tuple = ()) -> dict:
+    """Seconds per call of each of ``traces`` (name -> trace) and of onnxruntime, side by side; the packs of
+    ``constants`` (input names) are made before the timing, as a model build makes them."""
     inputs = spec.inputs(0)
     params = dict(spec.params)
     x, w = inputs[0], inputs[1] if len(inputs) > 1 else None
@@ -198,17 +202,18 @@ def compare_variants(spec: WorkloadSpec, traces: dict, threads: int, rounds: int
     fns = {}
     for name, trace in traces.items():
         outs = spec.empty_outputs()
-        sched = Schedule.from_json(spec.tensors(), trace)
-        pre = prepack(spec.tensors(), sched, {1}) if prepacked and w is not None else None
-        args = pre.arrays(inputs) if pre is not None else inputs
-        kernel = build((pre.schedule if pre is not None else sched).lower())
+        schedule, packed = Schedule.from_json(spec.tensors(), trace), []
+        pre = prepack(spec.tensors(), schedule, constant_indices(spec.tensors(), constants)) if constants else None
+        if pre is not None:
+            schedule, packed = pre.schedule, packed_arrays(pre, inputs)
+        kernel = build(schedule.lower())
         kernel.threads = threads
-        kernel(*args, *outs)
+        kernel(*inputs, *packed, *outs)
         got = unpack_nchwc(outs[0]) if spec.name == "conv2d_nchwc" else outs[0]
         if not np.allclose(got, ref, rtol=1e-3, atol=1e-3 * math.sqrt(spec.reduction_length)):
             raise SystemExit(f"bench_conv: {spec.label} ({name}): our output differs from onnxruntime's "
                              f"(max |diff| {float(np.max(np.abs(got - ref))):g})")
-        fns[name] = kernel.bind(*args, *outs)
+        fns[name] = kernel.bind(*inputs, *packed, *outs)
     fns["onnxruntime"] = lambda: sess.run(None, feed)
     timing = side_by_side(fns, rounds=rounds, min_repeat_ms=50, repeats_per_round=3)
     return {name: t["median"] for name, t in timing.items()}
@@ -234,7 +239,7 @@ def run_variants(net: str, name: str, threads: int, args) -> list:
     traces = {"heuristic": space.apply(FixedDecisions(start)).to_json()}
     for v in args.variant:
         traces[v] = space.apply(FixedDecisions({**start, **parse_variant(v)})).to_json()
-    t = compare_variants(spec, traces, threads, args.rounds, args.prepack)
+    t = compare_variants(spec, traces, threads, args.rounds, constants_of(spec, args.pack_per_call))
     print(f"{net} {name} t={threads}: heuristic start {' '.join(f'{k}={v}' for k, v in start.items())}")
     rows = []
     for v in traces:
@@ -248,8 +253,9 @@ def run_layer(net: str, name: str, threads: int, args, peak) -> dict:
     workload, params = LAYERS[net][name]
     spec = blocked_spec(workload, params) if args.form == "nchwc" and workload == "conv2d" \
         else WorkloadSpec(workload, params)
-    trace, tune_s = best_trace(spec, threads, args.trials, args.seed, args.heuristic)
-    ours, theirs = compare_with_onnxruntime(spec, trace, threads, args.rounds, args.prepack)
+    constants = constants_of(spec, args.pack_per_call)
+    trace, tune_s = best_trace(spec, threads, args.trials, args.seed, args.heuristic, constants)
+    ours, theirs = compare_with_onnxruntime(spec, trace, threads, args.rounds, constants)
     gflops = spec.flops / ours / 1e9
     return dict(net=net, layer=name, workload=spec.label, threads=threads, trials=0 if args.heuristic else args.trials,
                 gflops=gflops, ort_gflops=spec.flops / theirs / 1e9, ratio=theirs / ours,
@@ -271,13 +277,13 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--trials", type=int, default=64)
     ap.add_argument("--form", choices=("nchw", "nchwc"), default="nchw",
-                    help="nchw: tune the NCHW conv2d (data and weights packed in the kernel, per call); "
+                    help="nchw: tune the NCHW conv2d (data packed in the kernel, per call); "
                          "nchwc: tune conv2d_nchwc (blocked data in and out, weights prepacked as the graph "
                          "level packs constant weights; depthwise layers stay NCHW)")
-    ap.add_argument("--prepack", action="store_true",
-                    help="time the kernel with its weights' pack moved out and done once (tuner.prepack, as a "
-                         "model build does); tuning itself still measures the kernel as the tuner does")
     ap.add_argument("--heuristic", action="store_true", help="no search: time the space's first trial")
+    ap.add_argument("--pack-per-call", action="store_true",
+                    help="pack the weights in every call (default: once, outside the timing, as onnxruntime "
+                         "and our model builds do; tuning times kernels the same way)")
     ap.add_argument("--variant", action="append", default=[], metavar="DECISIONS",
                     help='time the heuristic start with these decisions changed, e.g. "Y.kb=32 Y.qt=14" '
                          "(repeatable; no tuning), side by side with the start and onnxruntime")
@@ -296,7 +302,7 @@ def main(argv=None) -> int:
     threads_list = [int(t) for t in args.threads.split(",")]
     cpu = host_target()["cpu"]
     print(f"host {cpu}; {'heuristic start' if args.heuristic else f'{args.trials} trials'}; threads {threads_list}; "
-          f"form {args.form}{', weights prepacked' if args.prepack else ''}",
+          f"form {args.form}",
           flush=True)
     rows = []
     if args.variant:
@@ -307,7 +313,7 @@ def main(argv=None) -> int:
                         rows += run_variants(net, name, threads, args)
         if args.json:
             with open(args.json, "w") as f:
-                json.dump({"host": cpu, "form": args.form, "prepack": args.prepack, "variants": rows}, f, indent=1)
+                json.dump({"host": cpu, "form": args.form, "variants": rows}, f, indent=1)
         return 0
     for threads in threads_list:
         peak = machine_peak(cpu, threads)
@@ -334,8 +340,7 @@ def main(argv=None) -> int:
                 print(f"| {net} | {threads} | {len(sel)} | {geomean(sel):.2f}x | {min(sel):.2f}x | {max(sel):.2f}x |")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"host": cpu, "trials": args.trials, "heuristic": args.heuristic, "form": args.form,
-                       "prepack": args.prepack, "rows": rows},
+            json.dump({"host": cpu, "trials": args.trials, "heuristic": args.heuristic, "form": args.form, "rows": rows},
                   f, indent=1)
     return 0
 

@@ -8,7 +8,7 @@ same code serves Optuna (an integer index per decision), a fixed decision dict
 R1  inline: an elementwise intermediate may be inlined into its consumers.
 R2  attach: an intermediate whose consumers all live in one elementwise output
     (row reductions of softmax / layer_norm, elementwise producers) may be
-    computed at that output's outermost loop.
+    computed per row inside that output's parallel row loop (``schedules/rows.py``).
 R3  multi-level tiling of each remaining reduction (the "anchor"): spatial
     axes in four levels, reduce axes in two (SSRSRS).  With an elementwise
     epilogue (bias + ReLU) or ``cache_write``, the two outer spatial levels
@@ -21,11 +21,15 @@ R3  multi-level tiling of each remaining reduction (the "anchor"): spatial
 R3' an anchor that streams an operand along its innermost reduce axis (matrix-vector products,
     row norms) may instead be ``rfactor``-ed: the partial results along that axis are the vector
     axis of a new anchor, tiled as in R3; the output sums them.
-R4  every other root stage: vectorize the last axis, fuse and parallelize the rest.
+R4  every other root stage: vectorize the last axis, fuse and parallelize the rest; a stage
+    whose vector axis strides through an input gets tiles of one cache line of the axis that
+    input reads contiguously (``schedules/transpose_tiles.py``).
 R0  (before R1) a convolution anchor is tiled on blocked layouts by its own rule instead of R3
     (``schedules/conv_space.py``); its padding stage is left for that rule.
 """
 from __future__ import annotations
+
+import math
 
 from schedules.state import AttachKind
 
@@ -35,10 +39,15 @@ from schedules.lowering.checks import MAX_VECTOR_LANES
 from tensorir.te import AxisKind
 
 from .conv_space import find_convs, tile_conv
+from .rows import schedule_host, shared_in_row
+from .transpose_tiles import transpose_tile
 from .decisions import DecisionSource, FixedDecisions, MutatedDecisions, OptunaDecisions, RandomDecisions  # noqa: F401
 from .schedule import Schedule
 from .tiling import fuse_parallel as _fuse_parallel, split_all as _split_all
 
+K_BLOCK = 128            # reduction block of a few-row product (why: docs/decisions/027-small-row-products-block-the-reduction.md)
+K_BLOCK_MAX_ROWS = 128   # ... for products with at most this many rows
+K_BLOCK_ROWS = 32        # ... in local blocks of this many rows
 MAX_UNROLLED_BODY = 64   # vector FMAs (tile rows x vectors per row x inner reduce iterations) unrolled
 
 
@@ -118,6 +127,8 @@ class GeneratedSpace:
         # R1: inline elementwise intermediates
         for st in list(g.stages):
             if not st.is_output and not st.is_reduction and st.name not in pads:
+                if shared_in_row(g, st):
+                    src.hint(f"{st.name}.inline", False)
                 if src.choose(f"{st.name}.inline", [True, False]):
                     s = s.compute_inline(st.name)
         # classify what is left
@@ -159,42 +170,26 @@ class GeneratedSpace:
         # R2 hosts, then R4 for every other root stage
         host_names = sorted(set(hosted.values()), key=lambda n: [x.name for x in s._state.stages].index(n))
         for h in host_names:
-            s = self._elementwise(s, src, h, keep_outer=True)
-            outer = s.loops(h)[0]
-            inside = {h}
-            for name in reversed([x.name for x in s._state.stages]):
-                if hosted.get(name) != h:
-                    continue
-                # offered only when every consumer already runs inside the host's loop
-                cons = {c.name for c in s._state.consumers(s._state.stage(name))}
-                if cons <= inside and src.choose(f"{name}.compute_at", [True, False]):
-                    f = self._row_rfactor(src, s._state.stage(name))
-                    if f:
-                        s = s.rfactor(name, f)
-                        rf = s.trace[-1].outputs[0]
-                        s = s.compute_at(name, outer).compute_at(rf, outer)
-                        k_v, k_o = s.loops(rf)[-2:]
-                        s = s.reorder(k_o, k_v).vectorize(k_v)
-                        inside.add(rf)
-                    else:
-                        s = s.compute_at(name, outer)
-                    inside.add(name)
+            order = [x.name for x in s._state.stages]
+            s = schedule_host(self, s, src, h, [n for n in order if hosted.get(n) == h])
             done.add(h)
         for st in s._state.stages:
             if st.name in done or st.attach.kind is not AttachKind.ROOT or st.relations or st.ann:
                 continue  # handled by a rule already (e.g. a pack stage of an anchor)
             if st.is_reduction:
                 continue  # a hosted reduction left at root: default loops
-            s = self._elementwise(s, src, st.name, keep_outer=False)
+            s = self._elementwise(s, src, st.name, keep_outer=False, transposing=True)
         return s
 
     # ---------------------------------------------------------------- rules
     def _elementwise(self, s: Schedule, src, name: str, keep_outer: bool, parallel: bool = True,
-                     chunks_first: bool = False) -> Schedule:
+                     chunks_first: bool = False, transposing: bool = False) -> Schedule:
         """Vectorize the last loop; fuse the others unless ``keep_outer``; parallelize the outermost
         if ``parallel`` (off for a stage computed inside a parallel loop) and the decision says so.
         ``chunks_first``: the loop over the last loop's vector chunks goes right after the first
-        loop (a transposing pack then gathers one vector's rows at a time, see ``_tile_anchor``)."""
+        loop (a transposing pack then gathers one vector's rows at a time, see ``_tile_anchor``).
+        ``transposing``: a stage whose vector axis strides through an input may be tiled
+        (``schedules/transpose_tiles.py``)."""
         st = s._state.stage(name)
         loops = s.loops(name)
         last = loops[-1]
@@ -208,7 +203,10 @@ class GeneratedSpace:
             split = s.loops(name)
             if chunks_first and len(split) > 3 and s.extent(split[-2]) > 1:
                 s = s.reorder(split[-2], *split[1:-2])
-        outer = s.loops(name)[:-1] if v > 1 else s.loops(name)
+        inner = 1 if v > 1 else 0
+        if transposing:
+            s, inner = transpose_tile(s, src, name, inner)
+        outer = s.loops(name)[:len(s.loops(name)) - inner]
         if not outer:
             return s
         if not keep_outer and len(outer) > 1:
@@ -232,6 +230,7 @@ class GeneratedSpace:
         src.hint(f"{vec_axis}.t3", (4 if self.registers >= 32 else 2) * lanes)
         if len(spatial) > 1:
             src.hint(f"{spatial[-2]}.t3", 6)
+            self._hint_k_blocks(src, spatial[-2], reduce, ext)
         t3 = {vec_axis: src.choose(f"{vec_axis}.t3", self.vector_choices(ext[vec_axis], st.dtype))}
         vectors = max(1, -(-t3[vec_axis] // lanes))
         budget = (self.registers - vectors - 1) // vectors   # accumulators + one row of B + a broadcast
@@ -258,7 +257,8 @@ class GeneratedSpace:
         src.hint(f"{vec_axis}.t1", pick // width)
         t1 = {lp: src.choose(f"{lp}.t1", self.level_choices(max(1, ext[lp] // (t3[lp] * t2[lp])), 64))
               for lp in spatial}
-        r1 = {lp: src.choose(f"{lp}.r1", [1, 2, 4, 8, 16] if ext[lp] >= 16 else _divisors(ext[lp], 16))
+        r1 = {lp: src.choose(f"{lp}.r1", [1, 2, 4, 8, 16] + _k_blocks(ext[lp]) if ext[lp] >= 16
+                             else _divisors(ext[lp], 16))
               for lp in reduce}
         body = max(1, -(-t3[vec_axis] // lanes))    # vector instructions per tile row
         for lp in spatial[:-1]:
@@ -329,6 +329,9 @@ class GeneratedSpace:
             o_axes = s.axes(outer)
             tiles = [t2[lp] * t3[lp] for lp in spatial]
             s, l0, l1, l2 = self._three_levels(s, o_axes, tiles, [t1[lp] for lp in spatial])
+            if len(l1) > 1 and src.choose(f"{outer}.panel_outer", [False, True]):
+                s = s.reorder(l1[-1], *l1[:-1])
+                l1 = [l1[-1], *l1[:-1]]
             s = s.compute_at(name, l1[-1])
             s = self._pack_in_task(s, src, l0, packs, outer, transposed) if in_task else \
                 _fuse_parallel(s, l0, src, outer)
@@ -349,6 +352,24 @@ class GeneratedSpace:
                 _fuse_parallel(s, sp0, src, name)
         s = _register_tile(s, name, unroll_k)
         return s
+
+    def _hint_k_blocks(self, src, row: str, reduce: list, ext: dict) -> None:
+        """Few rows, a long reduction (a model's 32-128-row products): every row tile of a
+        column panel in one local block, the reduction cut into blocks of ``K_BLOCK``, so each
+        block of the panel (``K_BLOCK`` x the tile's columns) is read from L1 by all the row tiles
+        rather than from L2/L3 by each in turn. The row tile divides the rows (no ragged edge).
+        why: docs/decisions/027-small-row-products-block-the-reduction.md"""
+        rows = ext[row]
+        depth = math.prod(ext[lp] for lp in reduce)
+        blocks = _k_blocks(depth)
+        if len(reduce) != 1 or rows > K_BLOCK_MAX_ROWS or depth < 8 * K_BLOCK or not blocks:
+            return
+        tile = next((t for t in (6, 4, 8, 3, 2) if rows % t == 0), 6)
+        block = max(1, min(rows, K_BLOCK_ROWS) // tile)       # row tiles sharing a panel block
+        src.hint(f"{row}.t3", tile)
+        src.hint(f"{row}.t2", block)
+        src.hint(f"{row}.t1", -(-rows // (tile * block)))
+        src.hint(f"{reduce[0]}.r1", min(blocks, key=lambda b: abs(b - K_BLOCK)))   # (not unrolled: too long)
 
     def _balance(self, n: int, width: int) -> float:
         """Share of the busiest core's time that is useful when ``n`` columns are cut into tasks of
@@ -465,6 +486,14 @@ class _Heuristic(DecisionSource):
 
 
 # -------------------------------------------------------------------- helpers
+
+def _k_blocks(n: int) -> list:
+    """Reduction blocks offered past 16: divisors of ``n`` from 32 to 256, at most the three nearest
+    ``K_BLOCK`` (a block that does not divide the reduction guards its inner loop, which keeps the
+    register tile out of registers)."""
+    near = sorted((d for d in range(32, min(n, 256) + 1) if n % d == 0), key=lambda d: (abs(d - K_BLOCK), d))
+    return sorted(near[:3])
+
 
 def _register_tile(s: Schedule, name: str, unroll_k: bool) -> Schedule:
     """Vectorize the innermost loop, unroll the other register-tile loops (and the inner k)."""

@@ -3,6 +3,7 @@
 They use ``graph.onnx_import.load_onnx``; while that importer is not in this tree, a small
 stand-in (Gemm, MatMul, Add, Relu; symbolic dims pinned by ``shapes``) takes its place.
 """
+import re
 import sys
 import types
 
@@ -94,6 +95,7 @@ def test_run_writes_outputs_keyed_by_onnx_names(files, capsys):
     np.testing.assert_allclose(got["logits"], want(x), rtol=1e-4, atol=1e-4)
     text = capsys.readouterr().out
     assert "wrote" in text and "profile: 2 steps" in text and "Gemm+Relu (act)" in text
+    assert re.search(r"GB/s +[\d.]+ GFLOP/s", text)
 
 
 def test_graph_prints_import_and_fused_groups(files, capsys):

@@ -112,7 +112,9 @@ def test_two_tuners_interleaved_by_one_driver_both_finish_and_log(tmp_path, fake
     tb = Tuner(b, config(12, **cfg), log=shared, callbacks=[*DEFAULT_CALLBACKS, note])
     ra, rb = drive([ta, tb])
     assert (ra.trials, rb.trials) == (8, 12) and ra.best is not None and rb.best is not None
-    assert order == ["matmul", "softmax", "matmul", "softmax", "softmax"]
+    # rounds alternate while both run; the softmax space may need an extra round when two asks of a
+    # round build the same loop nest (a duplicate is not measured twice)
+    assert order[:4] == ["matmul", "softmax", "matmul", "softmax"] and set(order[4:]) == {"softmax"}
     recs = shared.records()
     assert {r.workload_key for r in recs} == {a.key, b.key}
     # the rounds of the two workloads alternate in the shared log

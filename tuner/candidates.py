@@ -8,6 +8,7 @@ from logs import TuningRecord, utc_now
 from schedules.decisions import FixedDecisions, OptunaDecisions
 
 from .measure import MeasureResult, finish_lowering, replay_and_lower
+from .prepack import PackedKernel, prepack
 from .spec import WorkloadSpec
 
 
@@ -22,14 +23,19 @@ class Candidate:
     choices: dict = field(default_factory=dict)   # decision name -> the choices it was offered
     origin: str = "ask"      # "ask" (the sampler's) or "mutant"; once picked, the arm that chose it
     lowered: object = field(default=None, repr=False)   # the loop nest code generation compiles, once made
+    packed: object = field(default=None, repr=False)    # tuner.prepack.Prepacked: constants packed outside
 
     @property
     def func(self):
-        """The loop nest code generation compiles, or None if the candidate did not lower (then
-        ``error`` says why).  ``nest`` goes through the code-generation passes on first use: once
-        the cost model ranks, most asks are screened out and never need them."""
+        """What the measurer runs: the loop nest code generation compiles (a
+        :class:`tuner.prepack.PackedKernel` when constant inputs are packed outside the kernel), or
+        None if the candidate did not lower (then ``error`` says why).  ``nest`` goes through the
+        code-generation passes on first use: once the cost model ranks, most asks are screened out
+        and never need them."""
         if self.lowered is None and self.nest is not None and self.error is None:
             self.lowered, self.error = finish_lowering(self.nest)
+        if self.lowered is not None and self.packed is not None:
+            return PackedKernel(self.lowered, self.packed)
         return self.lowered
 
 
@@ -39,10 +45,13 @@ class Candidates:
     ``prepare`` is all that the asking thread needs of a tuner (:class:`tuner.screening.Preparer`).
     """
 
-    def __init__(self, spec: WorkloadSpec, space, target: dict):
+    def __init__(self, spec: WorkloadSpec, space, target: dict, constants: set | None = None):
         self.spec = spec
         self.space = space      # a GeneratedSpace or a hand-written KnobSpace
         self.target = target
+        # indices of constant inputs (weights): a schedule's packs of them are made once, outside the
+        # timed kernel, as a model build makes them (tuner.prepack)
+        self.constants = set(constants or ())
         self.meta: dict = {}    # annotations every record of the run carries (e.g. the model task)
 
     def prepare(self, trial, decisions: dict | None = None, src=None) -> Candidate:
@@ -60,9 +69,23 @@ class Candidates:
                                                                    scheduled_only=True)
         cand.decisions = dict(src.decisions)
         cand.choices = dict(src.choices)
+        if cand.nest is not None and self.constants:
+            self._prepack(cand)
         if cand.nest is not None:     # features read the schedule's own nest, before codegen's passes
             cand.features = extract_features(cand.nest)
         return cand
+
+    def _prepack(self, cand: Candidate) -> None:
+        """Measure ``cand`` with the packs of constant inputs moved out of the kernel (if it packs any)."""
+        try:
+            pre = prepack(self.spec.tensors(), cand.schedule, self.constants)
+        except Exception:  # noqa: BLE001 - a pack this cannot move stays in the kernel
+            pre = None
+        if pre is None:
+            return
+        _, _, nest, failure = replay_and_lower(lambda: pre.schedule, scheduled_only=True)
+        if failure is None:
+            cand.nest, cand.packed = nest, pre
 
     def default(self) -> Candidate | None:
         """The default schedule as a candidate (decisions ``{}``), or None if it does not lower."""
@@ -83,7 +106,13 @@ class Candidates:
                             decisions=dict(cand.decisions), costs=tuple(res.costs), error_kind=res.error_kind,
                             error_msg=res.error_msg, compile_seconds=res.compile_seconds,
                             run_seconds=res.run_seconds, flops=self.spec.flops, confirmed=confirmed,
-                            remeasured=remeasured, meta={**self.meta, "origin": self.origin(cand)})
+                            remeasured=remeasured, meta=self._meta(cand))
+
+    def _meta(self, cand: Candidate) -> dict:
+        meta = {**self.meta, "origin": self.origin(cand)}
+        if cand.packed is not None:     # timed without packing these (a build packs them once)
+            meta["prepacked"] = sorted({p.source.name for p in cand.packed.packs})
+        return meta
 
     @staticmethod
     def origin(cand: Candidate) -> str:

@@ -80,23 +80,29 @@ def _open_log(path):
         raise CLIError(str(err)) from None
 
 
-def compare_with_numpy(spec, trace: dict, threads: int, rounds: int = 5):
+def compare_with_numpy(spec, trace: dict, threads: int, rounds: int = 5, constants: tuple = ()):
     """Seconds per call of the tuned kernel, numpy and the default schedule, timed in this process.
 
-    The arrays are placed as the measurer places them (:func:`tuner.layout.placed`).
+    The arrays are placed as the measurer places them (:func:`tuner.layout.placed`). The packs of
+    ``constants`` (input names) are made once, outside the timed calls, as the tuner timed them.
     """
     from schedules import Schedule
     from tensorir.runtime import build
 
     from .compare import limit_threads, side_by_side
     from .measure import MeasureConfig
+    from .prepack import constant_indices, packed_arrays, prepack
     from .worker import check_outputs
     tensors = spec.tensors()
     inputs = spec.inputs(0)
     outs = spec.empty_outputs()
-    tuned = build(Schedule.from_json(tensors, trace).lower())
+    schedule, packed = Schedule.from_json(tensors, trace), []
+    pre = prepack(tensors, schedule, constant_indices(tensors, constants)) if constants else None
+    if pre is not None:
+        schedule, packed = pre.schedule, packed_arrays(pre, inputs)
+    tuned = build(schedule.lower())
     tuned.threads = threads
-    tuned(*inputs, *outs)
+    tuned(*inputs, *packed, *outs)
     # the kernel we report is checked again here, as the measurer checked it
     cfg = MeasureConfig()
     problem = check_outputs([t.name for t in spec.output_tensors()], outs, spec.reference(inputs), cfg.rtol,
@@ -104,7 +110,7 @@ def compare_with_numpy(spec, trace: dict, threads: int, rounds: int = 5):
     if problem:
         raise CLIError(f"the best logged schedule computes a wrong result in this process ({problem}); "
                        "not reported")
-    fns = {"tuned": tuned.bind(*inputs, *outs)}    # (bound: small kernels are timed, not the argument checks)
+    fns = {"tuned": tuned.bind(*inputs, *packed, *outs)}    # (bound: small kernels are timed, not the argument checks)
     impl = spec.numpy_impl()
     with limit_threads(threads):
         if impl is not None:
@@ -142,6 +148,7 @@ def cmd_tune(args) -> int:
     from tensorir.te.evaluate import EvaluateError
 
     from .report import format_latency
+    from .prepack import constant_indices
     from .search import TuneConfig, Tuner
     from .spec import SpecError, WorkloadSpec
     from .study import StorageError
@@ -166,8 +173,13 @@ def cmd_tune(args) -> int:
     storage = args.storage or f"sqlite:///{os.path.abspath(log_path)}.optuna.db"
     from .target import host_target
     threads = host_target(args.threads)["threads"]
+    constants = tuple(n.strip() for part in args.const for n in part.split(",") if n.strip())
+    try:
+        constant_indices(spec.tensors(), constants)
+    except ValueError as err:
+        raise CLIError(f"--const: {err}") from None
     cfg = TuneConfig(trials=args.trials, sampler=args.sampler, seed=args.seed, cost_model=not args.no_cost_model,
-                     timeout_s=args.timeout, threads=threads)
+                     timeout_s=args.timeout, threads=threads, constants=constants)
     cfg.measure.threads, cfg.measure.seed = threads, args.seed
     space = None
     if args.space:
@@ -225,7 +237,7 @@ def cmd_tune(args) -> int:
         if args.json:
             print(json.dumps(out))
         return 1
-    tuned_s, numpy_s, default_s = compare_with_numpy(spec, best.trace, threads)
+    tuned_s, numpy_s, default_s = compare_with_numpy(spec, best.trace, threads, constants=constants)
     if numpy_s:     # kept in the log for reports (tensortune report: ratio to numpy)
         from .candidates import numpy_reference_record
         log.append(numpy_reference_record(best, tuned_s, numpy_s))
@@ -267,6 +279,8 @@ def cmd_tune(args) -> int:
                                            for arm, (n, w) in result.arms.items()))
     if t90:
         print(f"90% of best   after {t90[0]} trials, {t90[1]:.1f} s")
+    if constants:
+        print(f"constants     {', '.join(constants)}: packed once outside the timed call (as a build with them does)")
     print(f"log           {log.path}")
     if not result.best.decisions:
         print("note          no tuned schedule beat the default loop nest (compiled with LLVM -O3); builds use it")
@@ -319,6 +333,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--sampler", choices=SAMPLERS, default="tpe")
     t.add_argument("--no-cost-model", action="store_true", help="measure Optuna's proposals directly")
     t.add_argument("--timeout", type=float, help="stop starting new rounds after SECONDS")
+    t.add_argument("--const", action="append", default=[], metavar="INPUT[,INPUT]",
+                   help="inputs whose values are fixed when the kernel is built (weights): a schedule's packed "
+                        "copy of them is made once, outside the timed call, as model builds do (repeatable)")
     t.add_argument("--space", metavar="FILE.py:FUNCTION", help="hand-written space fn(cfg, schedule) -> schedule "
                    "(define_split / define_reorder / define_knob) instead of the generated one")
     t.add_argument("--workers", type=int, help="with a shared --storage: start N local workers, each pinned to "

@@ -149,14 +149,23 @@ def cmd_run(args) -> int:
 
 def profile_text(model, feeds, top: int = 15) -> str:
     """The slowest steps of ``model`` on ``feeds``: ms per call, share, the group's ops."""
-    groups = {g.name: g for g in model.info["plan"].groups} if "plan" in model.info else {}
+    from tensorir.te.evaluate import count_flops
+    plan = model.info.get("plan")
+    groups = {g.name: (g, lw) for g, lw in zip(plan.groups, plan.lowered)} if plan is not None else {}
     prof = sorted(model.profile(feeds), key=lambda p: -p["seconds"])
     total = sum(p["seconds"] for p in prof) or 1.0
-    lines = [f"profile: {len(prof)} steps, {total * 1e3:.2f} ms in kernels"]
+    lines = [f"profile: {len(prof)} steps, {total * 1e3:.2f} ms in kernels (GB/s: every buffer a step reads or "
+             f"writes, once)"]
     for p in prof[:top]:
-        g = groups.get(p["label"])
+        g, lw = groups.get(p["label"], (None, None))
         what = "+".join(g.ops) if g is not None else p["label"]
-        lines.append(f"  {p['seconds'] * 1e3:9.3f} ms {p['seconds'] / total:6.1%}  step {p['step']:<3} {what} ({p['label']})")
+        step = model.steps[p["step"]]
+        nbytes = sum(model.buffers[b].nbytes for b in set(step.args))
+        rate = f"{nbytes / p['seconds'] / 1e9:6.1f} GB/s"
+        if lw is not None:
+            rate += f" {count_flops(lw.tensors) / p['seconds'] / 1e9:7.1f} GFLOP/s"
+        lines.append(f"  {p['seconds'] * 1e3:9.3f} ms {p['seconds'] / total:6.1%} {rate}  step {p['step']:<3} {what} "
+                     f"({p['label']})")
     return "\n".join(lines)
 
 

@@ -133,7 +133,7 @@ def _work_on(reg, args, log):
     threads = reg.target["threads"]
     # a seed of its own: two workers with one seed would propose the same candidates
     cfg = TuneConfig(trials=reg.budget, sampler=reg.sampler, seed=(reg.seed + os.getpid()) % 2 ** 32,
-                     cost_model=reg.cost_model, threads=threads)
+                     cost_model=reg.cost_model, threads=threads, constants=reg.constants)
     cfg.measure.threads, cfg.measure.seed = threads, reg.seed
     model_path = os.path.abspath(log.path) + ".costmodel"
     tuner = SharedTuner(spec, cfg, storage=args.storage, lease_s=args.lease or reg.lease_s, join=reg.name,

@@ -78,11 +78,13 @@ from schedules.errors import ScheduleError
 from tensorir.tir.ir import Allocate, PrimFunc, walk_stmts
 
 from . import worker as W
+from .prepack import PackedKernel, packed_arrays
 from .spec import WorkloadSpec
 from .target import host_target
 from .text import one_line
 
 OBJECT_CACHE_SIZE = 256
+PACK_CACHE_SIZE = 8        # packed constants kept (a few MB each)
 _GRACE_S = 0.5   # beyond the runner's own budget before it is killed
 # While screening, a candidate gets at most this many times the fastest median so far (and at least
 # _SLOW_FLOOR_S) for its whole run: a scalar loop nest of a large workload can take seconds a call
@@ -335,6 +337,8 @@ class Measurer:
         self._screen = True
         self._started = False
         self._before_timing = None
+        self._packed: dict = {}       # this batch: index -> Prepacked (see tuner.prepack.PackedKernel)
+        self._pack_cache: dict = {}   # pack_key -> packed constant
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> "Measurer":
@@ -390,7 +394,8 @@ class Measurer:
         Parameters
         ----------
         candidates : list
-            Schedules, traces (dict or JSON text) or PrimFuncs of this workload.
+            Schedules, traces (dict or JSON text) or PrimFuncs of this workload, or
+            :class:`tuner.prepack.PackedKernel` (its constants packed outside the timed call).
         before_timing : callable, optional
             Called once, just before the first kernel is sent to the runner
             (e.g. to pause other work in this process while kernels are timed).
@@ -408,8 +413,13 @@ class Measurer:
         waiting: dict = {}      # PrimFunc -> indices waiting for its build
         ready: deque = deque()  # indices whose object is in the cache
         limit = self.config.memory_limit_mb
+        self._packed = {}       # index -> the Prepacked of a candidate whose constants are packed outside
         for i, cand in enumerate(candidates):
-            func = prepare(tensors, cand)
+            if isinstance(cand, PackedKernel):
+                self._packed[i] = cand.pre
+                func = prepare(cand.pre.tensors, cand.func)
+            else:
+                func = prepare(tensors, cand)
             if isinstance(func, MeasureResult):
                 results[i] = func
                 continue
@@ -527,8 +537,13 @@ class Measurer:
         slow = None       # the budget was cut to a multiple of the best so far
         if cutoff is not None and max(_SLOW_FLOOR_S, _SLOW_FACTOR * self._best_s) < budget:
             budget = slow = max(_SLOW_FLOOR_S, _SLOW_FACTOR * self._best_s)
+        extra = []
+        if i in self._packed:     # (built once per distinct pack; sent with every run of a kernel that reads it)
+            extra = packed_arrays(self._packed[i], self._runner_init["inputs"], self._pack_cache)
+            while len(self._pack_cache) > PACK_CACHE_SIZE:
+                self._pack_cache.pop(next(iter(self._pack_cache)))
         self._runner.send(("run", {"func": func, "object": obj, "uses_openmp": omp, "budget_s": budget,
-                                   "cutoff_s": cutoff}))
+                                   "cutoff_s": cutoff, "extra_inputs": extra}))
         now = time.monotonic()
         return (i, now + budget + _GRACE_S, now, compile_s, slow)
 

@@ -73,13 +73,14 @@ def build_kernels(plan: Plan, log=None, threads: int | None = None, prepack: boo
     return kernels
 
 
+def constant_params(lw, graph) -> set:
+    """Indices of the placeholders of lowered group ``lw`` that ``graph`` feeds with a constant."""
+    return {i for i, (kind, what) in enumerate(lw.params) if kind == "const" or what in graph.constants}
+
+
 def _constant_inputs(plan: Plan, key: str) -> set:
     """Indices of the placeholders of workload ``key`` that every occurrence feeds with a constant."""
-    sets = []
-    for lw in plan.lowered:
-        if lw.key == key:
-            sets.append({i for i, (kind, what) in enumerate(lw.params)
-                         if kind == "const" or what in plan.graph.constants})
+    sets = [constant_params(lw, plan.graph) for lw in plan.lowered if lw.key == key]
     return set.intersection(*sets) if sets else set()
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from tensorir.te.evaluate import count_flops, topo_stages
 
+from .model_compile import constant_params
 from .spec import WorkloadSpec
 from .task_scheduler import Task
 
@@ -31,11 +32,14 @@ class ModelTask:
     groups: list = field(default_factory=list)   # the FusedGroup of each occurrence
     tuned: bool = True          # False: built with its heuristic start, no trials
     why_not: str = ""           # why it gets no trials
+    constants: set = field(default_factory=set)   # placeholder indices every occurrence feeds a constant
 
     def task(self, model: str | None = None) -> Task:
         """The scheduler's task; its records carry ``meta["model"]`` = ``model``, the task id and weight."""
         meta = {"model": model, "task": self.index, "weight": self.weight} if model else {}
-        return Task(self.spec, self.weight, tag="+".join(self.ops), name=self.label, meta=meta)
+        names = [t.name for t in self.spec.tensors() if t.is_placeholder]
+        return Task(self.spec, self.weight, tag="+".join(self.ops), name=self.label, meta=meta,
+                    constants=tuple(names[i] for i in sorted(self.constants)))
 
 
 def _has_reduction(tensors) -> bool:
@@ -60,14 +64,18 @@ def extract_tasks(graph, groups: list, lowered: list, min_flops: int = MIN_TUNED
     by_key: dict = {}
     for group, low in zip(groups, lowered):
         task = by_key.get(low.key)
+        # weights (constants) are packed once when the model is built, so tuning times kernels that way
+        constant = constant_params(low, graph)
         if task is not None:
             task.weight += 1
             task.groups.append(group)
+            task.constants &= constant
             continue
         label = group_label(group, graph)
         spec = WorkloadSpec.from_tensors(low.tensors, label)
         flops = int(count_flops(low.tensors))
-        task = ModelTask(len(by_key), label, tuple(n.op for n in group.nodes), spec, 1, flops, [group])
+        task = ModelTask(len(by_key), label, tuple(n.op for n in group.nodes), spec, 1, flops, [group],
+                         constants=constant)
         if not _has_reduction(low.tensors):
             task.tuned, task.why_not = False, "no reduction (elementwise or layout): heuristic start"
         elif flops < min_flops:

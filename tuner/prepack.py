@@ -178,3 +178,56 @@ def prepack(tensors: list, schedule: Schedule, constant: set) -> Prepacked | Non
 def packed_bytes(pre: Prepacked) -> int:
     """Bytes of the packed copies (memory the model holds besides the original weights)."""
     return sum(math.prod(p.shape) * np.dtype(p.source.dtype).itemsize for p in pre.packs)
+
+
+@dataclass(frozen=True, eq=False)
+class PackedKernel:
+    """A candidate to measure whose constant inputs are packed outside the timed call.
+
+    ``func`` is the prepacked kernel (parameters: ``pre.tensors``); the measurer packs the constants
+    of its workload once per distinct pack (:func:`pack_key`) and passes the copies after the
+    original inputs, as a model build does (:func:`tuner.model_compile.build_kernels`).
+    """
+    func: object             # PrimFunc
+    pre: Prepacked
+
+    def __hash__(self):
+        return hash(self.func)
+
+    def __eq__(self, other):
+        return isinstance(other, PackedKernel) and self.func == other.func
+
+
+def pack_key(pack: _Pack, source_index: int) -> tuple:
+    """What makes two packs of one workload's input the same array."""
+    return (source_index, tuple(sorted(pack.splits.items())), tuple(pack.order))
+
+
+def packed_arrays(pre: Prepacked, originals: list, cache: dict | None = None) -> list:
+    """The packed copies ``pre`` reads (its placeholders past the original ones), computed from the
+    original input arrays; ``cache`` (pack_key -> array) spares recomputing a pack another candidate
+    made the same way."""
+    out = []
+    for feed in pre.feeds:
+        if feed[0] != "packed":
+            continue
+        key = pack_key(feed[2], feed[1])
+        if cache is not None and key in cache:
+            out.append(cache[key])
+            continue
+        arr = evaluate(feed[2].layout(), [originals[feed[1]]])[0]
+        if cache is not None:
+            cache[key] = arr
+        out.append(arr)
+    return out
+
+
+def constant_indices(tensors: list, names) -> set:
+    """Indices, among ``tensors``' placeholders, of the placeholders named in ``names``.
+    Raises ValueError naming an unknown name."""
+    placeholders = [t.name for t in tensors if t.is_placeholder]
+    unknown = [n for n in names if n not in placeholders]
+    if unknown:
+        raise ValueError(f"no input named {', '.join(map(repr, unknown))} (the workload's inputs: "
+                         f"{', '.join(placeholders)})")
+    return {placeholders.index(n) for n in names}

@@ -33,6 +33,7 @@ class Registration:
     lease_s: float
     budget: int
     open: bool
+    constants: tuple = ()   # inputs packed outside the timed kernel (TuneConfig.constants)
 
 
 def register(study, *, spec, target: dict, config, space: str | None, lease_s: float, budget: int) -> None:
@@ -43,7 +44,8 @@ def register(study, *, spec, target: dict, config, space: str | None, lease_s: f
     study.set_user_attr(KEY, {"version": VERSION, "spec": spec.to_json(), "target": dict(target),
                               "fingerprint": target_fingerprint(target), "sampler": config.sampler,
                               "seed": int(config.seed), "cost_model": bool(config.cost_model),
-                              "space": space, "lease_s": float(lease_s)})
+                              "space": space, "lease_s": float(lease_s),
+                              "constants": list(config.constants)})
 
 
 def close(study) -> None:
@@ -58,7 +60,7 @@ def read(name: str, attrs: dict) -> Registration | None:
         return None
     return Registration(name, reg["spec"], reg["target"], reg["fingerprint"], reg["sampler"], reg["seed"],
                         reg["cost_model"], reg.get("space"), reg["lease_s"], int(attrs.get(BUDGET, 0)),
-                        bool(attrs.get(OPEN, False)))
+                        bool(attrs.get(OPEN, False)), tuple(reg.get("constants") or ()))
 
 
 def open_studies(storage: str, fingerprint: str, name: str | None = None) -> tuple:

@@ -32,6 +32,7 @@ from schedules.errors import ScheduleError
 from .callbacks import DEFAULT_CALLBACKS, Measured, Round
 from .candidates import Candidates
 from .measure import MeasureConfig, MeasureResult, Measurer
+from .prepack import constant_indices
 from .screening import Asker, Screening
 from .spec import WorkloadSpec
 from .state import RunState, decision_key, estimates
@@ -64,6 +65,8 @@ class TuneConfig:
     remeasure: int = 3               # ... until each has this many measurements (1: off)
     final_rounds: int = 3            # interleaved rounds of that re-timing
     threads: int | None = None       # kernel threads (None: all cores)
+    # inputs whose values are fixed (weights): their packs are timed outside the kernel (tuner.prepack)
+    constants: tuple = ()
     # 3 repeats of >= 25 ms rank candidates reliably; reported figures are re-timed side by side
     measure: MeasureConfig = field(default_factory=lambda: MeasureConfig(repeat=3, min_repeat_ms=25.0))
 
@@ -166,7 +169,8 @@ class Tuner:
         self.target = host_target(self.config.threads)
         # a hand-written KnobSpace, or the space generated from the tensor expression
         self.space = space if space is not None else GeneratedSpace(spec.tensors())
-        self.candidates = Candidates(spec, self.space, self.target)
+        self.candidates = Candidates(spec, self.space, self.target,
+                                     constant_indices(spec.tensors(), self.config.constants))
         self.screening = Screening(self.config)
         self.mutation_rng = random.Random(self.config.seed)  # mutants (the asking thread, one at a time)
         # set by start()
@@ -191,6 +195,8 @@ class Tuner:
         """The name of this run's study: workload key, target fingerprint, sampler and space."""
         tag = "generated" if isinstance(self.space, GeneratedSpace) else \
             f"knobs-{getattr(getattr(self.space, 'fn', None), '__name__', 'custom')}"
+        if self.config.constants:   # timed with these packed outside the kernel: a study of its own
+            tag += "-prepacked-" + ",".join(sorted(self.config.constants))
         return study_name(self.spec.key, self.target, self.config.sampler, tag)
 
     def _study(self, previous: list):

@@ -40,6 +40,7 @@ class Task:
     tag: str = ""          # tasks with the same tag bound each other's expected speed ("" = none)
     name: str = ""         # shown in the progress table (default: the workload's label)
     meta: dict = field(default_factory=dict)   # added to every log record of the task (model, task id)
+    constants: tuple = ()  # names of inputs fixed at build time (weights): packed outside the timed kernel
 
     @property
     def label(self) -> str:
@@ -134,7 +135,7 @@ class TaskScheduler:
 
     # ------------------------------------------------------------ tuners
     def _default_tuner(self, task: Task, trials: int) -> Tuner:
-        cfg = TuneConfig(**{**self.tune_config.__dict__, "trials": trials})
+        cfg = TuneConfig(**{**self.tune_config.__dict__, "trials": trials, "constants": task.constants})
         return Tuner(task.spec, cfg, log=self.log, storage=self.storage)
 
     def _tuner(self, st: TaskState) -> Tuner:

@@ -276,6 +276,7 @@ class _Runner:
         self.np = np
         self.cfg = init["config"]
         from .layout import placed, placed_empty
+        self.placed = placed
         self.inputs = [placed(a) for a in init["inputs"]]     # (unpickled arrays start anywhere)
         self.reference = [np.asarray(r) for r in init["reference"]]
         self.out_names = init["output_names"]
@@ -309,10 +310,13 @@ class _Runner:
         except BaseException as err:  # noqa: BLE001
             return _error_reply(ErrorKind.COMPILE, err, "JIT link failed: ")[1]
         link_s = time.perf_counter() - t_start
+        extra = [self.placed(a) for a in job.get("extra_inputs") or ()]   # packed constants, after the inputs
+        n = len(self.inputs)
+        ptrs = (*self.ptrs[:n], *(ctypes.c_void_p(a.ctypes.data) for a in extra), *self.ptrs[n:])
         # The kernel returns a status: nonzero (an allocation failed) raises from _measure.
-        proto = ctypes.CFUNCTYPE(ctypes.c_int32, *([ctypes.c_void_p] * len(self.ptrs)), ctypes.c_int32)
+        proto = ctypes.CFUNCTYPE(ctypes.c_int32, *([ctypes.c_void_p] * len(ptrs)), ctypes.c_int32)
         cfunc = proto(address)
-        args = (*self.ptrs, self.threads)
+        args = (*ptrs, self.threads)
         sites = self.safety.SiteTable(func.name, tracker.__getitem__)   # (reads the table now)
         try:
             result = self._measure(cfunc, args, budget, t_start, job.get("cutoff_s"), sites)

@@ -35,7 +35,10 @@ def erf(x):
     for a in reversed(_ERF_A[:4]):
         poly = a + t * poly
     y = 1.0 - t * poly * te.exp(-(ax * ax))
-    return te.if_then_else(x < 0.0, -y, y)
+    # the sign as a factor, not y and -y as the two sides of a select: code generation evaluates
+    # each side of a select that reads memory apart (under its lane mask), so the polynomial and
+    # its exp ran twice; the Gelu epilogue of BERT's 768x3072 product took 30% longer so
+    return te.if_then_else(x < 0.0, -1.0, 1.0) * y
 
 
 def gelu(x, approximate: str):

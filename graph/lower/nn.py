@@ -148,7 +148,9 @@ def _softmax(ctx, node, ins, outs):
     mx = ctx.emit(rows, dtype, lambda *i: te.max(x(*at(i, k1)), axis=k1), "row_max")
     e = ctx.emit(shape, dtype, lambda *i: te.exp(x(*i) - mx(*row(i))), "exp")
     total = ctx.emit(rows, dtype, lambda *i: te.sum(e(*at(i, k2)), axis=k2), "row_sum")
-    return [ctx.emit(shape, dtype, lambda *i: e(*i) / total(*row(i)), "softmax")]
+    # one division per row, not per element (as onnxruntime's softmax scales a row)
+    inv = ctx.emit(rows, dtype, lambda *i: lit(1, dtype) / total(*i), "inv_sum")
+    return [ctx.emit(shape, dtype, lambda *i: e(*i) * inv(*row(i)), "softmax")]
 
 
 @lowering("LayerNormalization")

@@ -1,0 +1,100 @@
+"""Products with few rows (a model's batch or sequence) against onnxruntime: the heuristic start
+with and without reduction blocks (docs/decisions/027-small-row-products-block-the-reduction.md).
+
+    python benchmarks/bench_small_rows.py [--threads 1,2] [--rounds 5] [--shapes 32x2048x2048,...]
+
+Each shape ``MxKxN`` is ``dense`` (``max(X @ W.T + bias, 0)``, a Gemm + Relu of a model) with its
+weights constant: packed once, outside the timing, as a model build packs them (``tuner.prepack``)
+and as onnxruntime packs its constant weights when the session is created. Timed side by side in
+this process, alternating rounds with a pause at every switch, medians: the generated space's
+heuristic start (``blocked``), the same start without the reduction blocks (``unblocked``), and
+onnxruntime (a Gemm + Relu model, ``ORT_ENABLE_ALL``, same threads, no spinning).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+import schedules.space as space_module
+from schedules.decisions import FixedDecisions
+from schedules.space import GeneratedSpace
+from tensorir.runtime import build
+from tuner.compare import side_by_side
+from tuner.prepack import packed_arrays, prepack
+from tuner.spec import WorkloadSpec
+from tuner.target import host_target
+
+# the MLP's and the BERT layer's products, then shapes that are in no model of the repository
+SHAPES = "32x1024x2048,32x2048x2048,32x2048x1000,128x768x3072,128x3072x768,16x4096x1024,64x1536x1536,8x1024x4096,100x2000x500"
+
+
+def ort_gemm_relu(w: np.ndarray, b: np.ndarray, m: int, threads: int):
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+    n, k = w.shape
+    nodes = [helper.make_node("Gemm", ["X", "W", "b"], ["G"], transB=1), helper.make_node("Relu", ["G"], ["Y"])]
+    graph = helper.make_graph(nodes, "gemm_relu", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [m, k])],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [m, n])],
+                              [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def kernel(spec: WorkloadSpec, decisions: dict, inputs: list, threads: int):
+    tensors = spec.tensors()
+    sch = GeneratedSpace(tensors).apply(FixedDecisions(decisions))
+    pre = prepack(tensors, sch, {1})
+    packed = packed_arrays(pre, inputs) if pre is not None else []
+    k = build((pre.schedule if pre is not None else sch).lower())
+    k.threads = threads
+    outs = spec.empty_outputs()
+    k(*inputs, *packed, *outs)
+    want = np.maximum(inputs[0] @ inputs[1].T + inputs[2], 0)
+    if not np.allclose(outs[0], want, rtol=1e-3, atol=1e-3 * np.sqrt(inputs[0].shape[1])):
+        raise SystemExit(f"bench_small_rows: {spec.label}: wrong result")
+    return k.bind(*inputs, *packed, *outs)
+
+
+def unblocked_decisions(tensors) -> dict:
+    saved = space_module.K_BLOCK_MAX_ROWS
+    space_module.K_BLOCK_MAX_ROWS = 0
+    try:
+        return GeneratedSpace(tensors).default_decisions()
+    finally:
+        space_module.K_BLOCK_MAX_ROWS = saved
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--shapes", default=SHAPES, help="MxKxN,... (rows x reduction x columns)")
+    args = ap.parse_args(argv)
+    print(f"host {host_target()['cpu']}; side by side in one process, medians of {args.rounds} rounds", flush=True)
+    print("| shape MxKxN | threads | blocked GFLOP/s | unblocked | onnxruntime | blocked/ort | unblocked/ort |")
+    print("|---|---|---|---|---|---|---|")
+    for threads in [int(t) for t in args.threads.split(",")]:
+        for shape in args.shapes.split(","):
+            m, k, n = (int(v) for v in shape.split("x"))
+            spec = WorkloadSpec("dense", {"batch": m, "in_features": k, "out_features": n})
+            inputs = spec.inputs(0)
+            tensors = spec.tensors()
+            fns = {"blocked": kernel(spec, GeneratedSpace(tensors).default_decisions(), inputs, threads),
+                   "unblocked": kernel(spec, unblocked_decisions(tensors), inputs, threads)}
+            sess = ort_gemm_relu(inputs[1], inputs[2], m, threads)
+            feed = {"X": inputs[0]}
+            fns["onnxruntime"] = lambda sess=sess, feed=feed: sess.run(None, feed)
+            t = {name: r["median"] for name, r in side_by_side(fns, rounds=args.rounds).items()}
+            gf = {name: spec.flops / s / 1e9 for name, s in t.items()}
+            print(f"| {shape} | {threads} | {gf['blocked']:.1f} | {gf['unblocked']:.1f} | {gf['onnxruntime']:.1f} | "
+                  f"{t['onnxruntime'] / t['blocked']:.2f}x | {t['onnxruntime'] / t['unblocked']:.2f}x |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

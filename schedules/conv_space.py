@@ -21,7 +21,9 @@ data or its zero-padding stage, ``W`` the weights) or, depthwise, of ``D[n, c, p
 - a 1x1 convolution is the same nest without a window: a matrix product on the blocked layout.
 
 The heuristic start fills the vector registers (accumulators + weight vectors + one broadcast) with
-the tile that wastes least on the edges of this shape.  Why these defaults:
+the tile that wastes least on the edges of this shape, and where a task's weights pass L1 grows the
+local tile over more output rows (the whole plane of a 7x7 or 14x14 layer), so each channel block's
+weights are read once per local tile instead of once per row.  Why these defaults:
 docs/decisions/023-convolution-rule.md
 """
 from __future__ import annotations
@@ -34,6 +36,7 @@ from tensorir.te.expr import Binary, BinOp, Const, Var
 
 from .tiling import fuse_parallel, split_all
 
+LOCAL_VALUES = 8192       # accumulators of one local tile (32 KiB of fp32, in L1 beside a weight block)
 MAX_UNROLLED_FMAS = 256   # vector FMAs of the register tile times the unrolled channel block
 
 ORDERS = ("c|rs", "crs|", "|crs", "rsc|")     # reduce loops above | below the local tile's tile loops
@@ -205,12 +208,33 @@ def block_choices(C: int) -> list:
     return sorted({b for b in (4, 8, 16, 32, 64) if b < C} | ({C} if C <= 64 else set()))
 
 
+def spare_registers(info: ConvInfo, registers: int, vectors: int) -> int:
+    """Registers a tile needs besides its accumulators and weight vectors: the broadcast input, in a
+    register unless one FMA alone reads it (one weight vector) with AVX-512's broadcast memory
+    operand (32 registers); a depthwise window's input vector always."""
+    return 0 if not info.depthwise and registers >= 32 and vectors == 1 else 1
+
+
+GUARDED_COST = 4.0   # a guarded edge tile's time per useful FMA, in full tiles' (memory accumulators)
+
+
+def _edge_share(n: int, t: int) -> float:
+    """Useful share of the time over ``n`` in tiles of ``t``: the edge tile runs guarded code (a
+    single tile wider than ``n`` is clipped to it instead: its waste is the lanes past ``n``)."""
+    if n < t:
+        return n / t
+    full, rest = divmod(n, t)
+    return n / (full * t + (GUARDED_COST * t if rest else 0))
+
+
 def heuristic_tile(info: ConvInfo, lanes: int, registers: int) -> tuple:
     """``(kb, qt, pt)``: the register tile that best fills ``registers`` vector registers.
 
-    Accumulators ``pt * qt * kb/lanes``, plus ``kb/lanes`` weight vectors and one broadcast (depthwise:
-    an input vector per column) must fit.  Among those, the tile with the most useful FMAs per
-    register: lanes past ``K`` and columns past ``Q`` (edge tiles) count as waste.
+    Accumulators ``pt * qt * kb/lanes`` plus ``kb/lanes`` weight vectors must fit, and a register
+    for the broadcast input (see :func:`spare_registers`).  Among those, the tile with the most
+    useful FMAs per register: a tile that does not divide ``K``, ``P`` or ``Q`` runs its edge in
+    guarded code without register accumulators, ``GUARDED_COST`` times slower (ResNet 512@7: 2
+    vectors x 7 columns x 2 rows, whose last row is such an edge, ran at 0.6x of 2 x 7 x 1).
     """
     best, best_score = (lanes, 1, 1), -1.0
     # a depthwise window reuses no weight vector across channels: one vector per tile, more tasks
@@ -221,18 +245,52 @@ def heuristic_tile(info: ConvInfo, lanes: int, registers: int) -> tuple:
                 continue
             for qt in range(1, min(info.Q, 32) + 1):
                 acc = pt * qt * m
-                if acc + m + 1 > registers:
+                if acc + m + spare_registers(info, registers, m) > registers:
                     continue
-                use_k = info.K / (-(-info.K // kb) * kb)
-                use_q = info.Q / (-(-info.Q // qt) * qt)
-                use_p = info.P / (-(-info.P // pt) * pt)
-                # guarded edge tiles run element by element: a tile that divides the row is worth more
-                edge = (1.0 if info.Q % qt == 0 else 0.7) * (1.0 if info.P % pt == 0 else 0.7)
+                use_k, use_q, use_p = _edge_share(info.K, kb), _edge_share(info.Q, qt), _edge_share(info.P, pt)
                 # ties: more weight vectors per broadcast (14 x 2 vectors loads 16 per 28 FMAs, 28 x 1 loads 29)
-                score = acc * use_k * use_q * use_p * edge * (kb / (m * lanes)) * (1 + 0.01 * min(m, 2))
+                score = acc * use_k * use_q * use_p * (kb / (m * lanes)) * (1 + 0.01 * min(m, 2))
                 if score > best_score + 1e-9:
                     best, best_score = (kb, qt, pt), score
     return best
+
+
+def local_rows(choices: list, row_values: int, other_tasks: int, p_tiles: int, cores: int) -> int:
+    """Row tiles per local tile: the most that keep its accumulators within ``LOCAL_VALUES`` and
+    leave at least ``cores`` parallel tasks (``other_tasks`` of them from the channel and column
+    tiles).  Every channel block's weights are read once per local tile, so a local tile over the
+    whole output plane of a small-spatial, many-channel layer (ResNet's 512 x 512 x 3 x 3 at 7x7:
+    9 MiB of weights for 49 positions) reads them once instead of once per row."""
+    ok = [c for c in choices if c * row_values <= LOCAL_VALUES and other_tasks * -(-p_tiles // c) >= cores]
+    return max(ok, default=1)
+
+
+def _chunks_outside_taps(s, w_pack: str):
+    """Make the loop over a weight pack's vector chunks of output channels the task's outermost:
+    one chunk's lines of KCRS stay in L1 while its input channels and taps are copied (their
+    stride, C*R*S floats, is often a multiple of 2 KiB, so the lines of 64 output channels fall
+    in 2 of L1's sets and evict each other)."""
+    loops = s.loops(w_pack)
+    chunk = f"{w_pack}.d0.i.0"
+    rest = [f"{w_pack}.{d}" for d in ("d1.o", "d1.i", "d2", "d3")]
+    if chunk in loops and all(lp in loops for lp in rest) and s.extent(chunk) > 1:
+        s = s.reorder(chunk, *rest)
+    return s
+
+
+def _vectorize_copy(s, loop: str, lanes: int):
+    """Vectorize the copy-out's last loop; one longer than a vector register group (a stem's row of
+    112 columns) is split by the largest divisor up to ``lanes`` first, not left scalar."""
+    n = s.extent(loop)
+    if n <= 1:
+        return s
+    if n > MAX_VECTOR_LANES:
+        f = max((d for d in range(2, lanes + 1) if n % d == 0), default=1)
+        if f == 1:
+            return s
+        s = s.split(loop, factor=f)
+        loop = s.trace[-1].outputs[1]
+    return s.vectorize(loop)
 
 
 # ----------------------------------------------------------------------- rule
@@ -260,7 +318,7 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
             src.hint(f"{name}.cb", min(blocks, key=lambda b: (info.C % b != 0, abs(b - 16), b)))
             cb = src.choose(f"{name}.cb", blocks)
     m = -(-kb // lanes)
-    budget = max(1, (space.registers - m - 1) // m)
+    budget = max(1, (space.registers - m - spare_registers(info, space.registers, m)) // m)
     src.hint(f"{name}.pt", pt0)
     pt = src.choose(f"{name}.pt", [c for c in space.small_choices(info.P, (1, 2, 3, 4)) if c <= budget] or [1])
     src.hint(f"{name}.qt", qt0)
@@ -268,31 +326,51 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
                                    if c * pt <= budget] or [1])
     # the local tile: register tiles per output row (the row's reuse of one channel block's weights)
     q_tiles = -(-info.Q // qt)
-    src.hint(f"{name}.q2", q_tiles if q_tiles * qt * pt * kb <= 8192 else 1)
+    src.hint(f"{name}.q2", q_tiles if q_tiles * qt * pt * kb <= LOCAL_VALUES else 1)
     q2 = src.choose(f"{name}.q2", space.level_choices(q_tiles))
-    src.hint(f"{name}.p2", 1)
-    p2 = src.choose(f"{name}.p2", space.level_choices(max(1, -(-info.P // pt)), 8))
+    p_tiles = max(1, -(-info.P // pt))
+    p_choices = space.level_choices(p_tiles)
+    # the task's weights past L1 (a window over many channels): one local tile over more rows reads
+    # them fewer times; else (1x1, stems) the reduction per channel block is too short to pay for
+    # the accumulators' loads and stores of a local tile too large for the registers' row
+    task_weights = kb * (1 if info.depthwise else info.C) * info.R * info.S
+    src.hint(f"{name}.p2", 1 if info.R * info.S == 1 or task_weights < LOCAL_VALUES else
+             local_rows(p_choices, q2 * qt * pt * kb, -(-info.K // kb) * -(-q_tiles // q2), p_tiles,
+                        space.options.cores))
+    p2 = src.choose(f"{name}.p2", p_choices)
     src.hint(f"{name}.k2", 1)
     k2 = src.choose(f"{name}.k2", space.level_choices(max(1, -(-info.K // kb)), 8))
     orders = DW_ORDERS if info.depthwise else ORDERS
     order = src.choose(f"{name}.order", list(orders))
 
     # layouts: data NCHW[cb]c (padding inlined into the pack), weights OIHW[cb]i[kb]o
-    packs = []
+    packs, w_pack = [], None
     if not info.blocked:
-        s = s.pack(info.data, {1: cb}, order=["0", "1.o", "2", "3", "1.i"], consumers=[name])
+        # a window's FMAs broadcast single input elements, so the data's channel blocks need not be
+        # innermost: a stem's few channels (one block) stay rows of columns, a plain padded copy
+        # (vector loads and stores) instead of a transposing one
+        rows_inner = False
+        if not info.depthwise and cb >= info.C:
+            src.hint(f"{name}.data_rows_inner", info.C < 16)
+            rows_inner = src.choose(f"{name}.data_rows_inner", [False, True])
+        s = s.pack(info.data, {1: cb}, order=["0", "1.o", "1.i", "2", "3"] if rows_inner else
+                   ["0", "1.o", "2", "3", "1.i"], consumers=[name])
         packs.append(s.trace[-1].outputs[0])
         if info.pad_stage is not None:
             s = s.compute_inline(info.pad_stage)
-        if info.weights is None:
-            pass
-        elif info.depthwise:
+        if info.weights is not None and info.depthwise:
             s = s.pack(info.weights, {0: kb}, order=["0.o", "1", "2", "3", "0.i"], consumers=[name])
-        else:
+            packs.append(s.trace[-1].outputs[0])
+        elif info.weights is not None:
             s = s.pack(info.weights, {0: kb, 1: cb}, order=["0.o", "1.o", "2", "3", "1.i", "0.i"],
                        consumers=[name])
-        if info.weights is not None:
-            packs.append(s.trace[-1].outputs[0])
+            w_pack = s.trace[-1].outputs[0]
+            packs.append(w_pack)
+            if info.R * info.S > 1:
+                # copied in the source's order: a channel's taps (one cache line of KCRS) inside the
+                # block's channels; the layout's order re-reads 16 channels' lines per tap for each
+                # of kb output channels (64 x 16 x 9 floats: past L1 at 64 lanes)
+                s = s.reorder(f"{w_pack}.d1.i", f"{w_pack}.d2", f"{w_pack}.d3")
     # the weights: packed at root, or each parallel task packs the block of output channels it
     # computes (where the weights outweigh the data, e.g. 512 channels at 7x7: 9 MiB of weights per
     # call, packed while hot in the task's cache instead of streamed through memory twice)
@@ -348,10 +426,11 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
         for p in in_task:
             s = s.compute_at(p, l0[1])
             s = space._elementwise(s, src, p, keep_outer=True, parallel=False)
+            if p == w_pack and info.R * info.S > 1:
+                s = _chunks_outside_taps(s, w_pack)
     else:
         s = fuse_parallel(s, l0, src, outer)
-    if 1 < s.extent(l1[-1]) <= MAX_VECTOR_LANES:
-        s = s.vectorize(l1[-1])
+    s = _vectorize_copy(s, l1[-1], lanes)
 
     # the local tile: reduce loops around the register tile in the decided order
     lst = s._state.stage(local)

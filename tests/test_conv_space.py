@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from schedules import Schedule
-from schedules.conv_space import find_convs, heuristic_tile, lane_choices
+from schedules.conv_space import LOCAL_VALUES, find_convs, heuristic_tile, lane_choices, local_rows
 from schedules.space import FixedDecisions, GeneratedSpace, RandomDecisions, SpaceOptions
 from tensorir import te
 from tensorir.ops import library as ops
@@ -82,6 +82,36 @@ def test_the_heuristic_tile_fills_the_registers_and_fits_the_row():
     kb, qt, pt = heuristic_tile(info, 8, 16)
     assert kb // 8 * qt * pt + kb // 8 + 1 <= 16 and 56 % qt == 0
     assert lane_choices(3, 16) == [4, 16] and lane_choices(64, 16) == [16, 32, 48, 64]
+    # 7 rows of 7 columns: no tile of 2 rows (its last row would run guarded, without registers)
+    (info,) = find_convs(GeneratedSpace(ops.conv2d(1, 512, 7, 7, 512, 3, 3, pad=1), AVX512).base.stage_graph()).values()
+    kb, qt, pt = heuristic_tile(info, 16, 32)
+    assert (qt, pt) == (7, 1) and kb // 16 * 8 + 1 <= 32
+    # one weight vector: the broadcast is the FMA's memory operand, no register of its own
+    (info,) = find_convs(GeneratedSpace(ops.conv2d(1, 16, 8, 31, 16, 1, 1), AVX512).base.stage_graph()).values()
+    assert heuristic_tile(info, 16, 32) == (16, 31, 1)
+
+
+@pytest.mark.parametrize("C,K,H,R,stride,rows", [
+    (512, 512, 7, 3, 1, 7),      # 9 MiB of weights for 49 positions: one local tile over the plane
+    (256, 512, 14, 3, 2, 7),
+    (256, 256, 14, 3, 1, 14),
+    (64, 64, 56, 3, 1, 4),       # the local tile's accumulators stay within LOCAL_VALUES
+    (256, 512, 14, 1, 2, 1),     # 1x1: a channel block's reduction is too short for a larger local
+    (3, 32, 224, 3, 2, 1),       # a stem's weights fit L1: one row
+])
+def test_the_local_tile_covers_more_rows_where_the_weights_pass_l1(C, K, H, R, stride, rows):
+    space = GeneratedSpace(ops.conv2d(1, C, H, H, K, R, R, stride=stride, pad=R // 2), AVX512)
+    d = space.default_decisions()
+    assert d["Y.p2"] * d["Y.pt"] == rows
+    assert d["Y.q2"] * d["Y.qt"] * d["Y.p2"] * d["Y.pt"] * d["Y.kb"] <= LOCAL_VALUES
+    assert local_rows([1, 2, 4, 8], 1000, 1, 8, 2) == 4                 # 2 tasks left for 2 cores
+    assert local_rows([1, 2, 4, 8], 3000, 4, 8, 2) == 2                 # 8192 values at most
+
+
+def test_a_stem_packs_its_few_channels_as_rows_of_columns():
+    space = GeneratedSpace(ops.conv2d(1, 3, 20, 19, 16, 7, 7, stride=2, pad=3), AVX512)
+    s = space.apply(FixedDecisions(space.default_decisions()))
+    assert s.stage_graph().stage("Xpad_pack").shape == (1, 1, 3, 26, 25)   # a padded copy, channels outside
 
 
 SHAPES = [   # (workload, params): none of them fits a block
@@ -91,6 +121,9 @@ SHAPES = [   # (workload, params): none of them fits a block
     ("conv2d", dict(N=1, C=9, H=8, W=8, K=17, R=1, S=1, stride=2, pad=0, dilation=1)),
     ("conv2d", dict(N=1, C=3, H=20, W=19, K=16, R=7, S=7, stride=2, pad=3, dilation=1)),
     ("conv2d", dict(N=1, C=4, H=9, W=9, K=8, R=3, S=3, stride=1, pad=2, dilation=2)),
+    ("conv2d", dict(N=1, C=40, H=7, W=7, K=72, R=3, S=3, stride=1, pad=1, dilation=1)),   # plane-wide local
+    ("conv2d", dict(N=1, C=36, H=13, W=13, K=40, R=3, S=3, stride=2, pad=1, dilation=1)),
+    ("conv2d", dict(N=1, C=3, H=3, W=140, K=8, R=3, S=3, stride=1, pad=1, dilation=1)),   # copy-out in chunks
     ("depthwise_conv2d", dict(N=1, C=19, H=9, W=10, R=3, S=3, stride=1, pad=1)),
     ("depthwise_conv2d", dict(N=1, C=24, H=11, W=11, R=3, S=3, stride=2, pad=1)),
 ]
@@ -109,9 +142,9 @@ class _Blocked(RandomDecisions):
         return True if name.endswith(".blocked") else super()._pick(name, choices)
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", range(6))
 def test_random_decisions_compute_what_numpy_computes(seed):
-    workload, params = SHAPES[seed * 2 + 1]
+    workload, params = SHAPES[(seed * 2 + 1) % len(SHAPES)]
     space = GeneratedSpace(get_workload(workload).make(**params), AVX2 if seed % 2 else AVX512)
     src = _Blocked(seed)
     s = space.apply(src)
@@ -196,3 +229,13 @@ def test_numpy_packing_helpers_round_trip():
     w = rng.standard_normal((32, 24, 3, 1)).astype(np.float32)
     wb = ops.pack_weights_oihwio(w, 8, 16)
     assert wb.shape == (2, 3, 3, 1, 8, 16) and wb[1, 2, 0, 0, 3, 7] == w[16 + 7, 16 + 3, 0, 0]
+
+
+def test_weights_packed_per_task_are_copied_one_vector_chunk_at_a_time():
+    space = GeneratedSpace(ops.conv2d(1, 32, 7, 7, 128, 3, 3, pad=1), AVX512)
+    d = space.default_decisions()
+    assert d["Y.pack_in_task"] is True and d["Y.kb"] >= 32
+    s = space.apply(FixedDecisions(d))
+    loops = s.loops("Wt_pack")
+    assert loops[-6:-1] == ["Wt_pack.d0.i.0", "Wt_pack.d1.o", "Wt_pack.d1.i", "Wt_pack.d2", "Wt_pack.d3"]
+    _run(s, "conv2d", dict(N=1, C=32, H=7, W=7, K=128, R=3, S=3, stride=1, pad=1, dilation=1))

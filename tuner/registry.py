@@ -15,8 +15,9 @@ prefers a task nobody measures, and mark a task whose space is used up (``tensor
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
+
+from .study import connect  # noqa: F401 - the storage object of a URL (workers list studies through it)
 
 from .lease import BUDGET_ATTR
 from .study import target_fingerprint
@@ -50,12 +51,6 @@ class Registration:
     constants: tuple = ()   # inputs packed outside the timed kernel (TuneConfig.constants)
 
 
-@functools.lru_cache(maxsize=8)
-def connect(url: str):
-    """One Optuna storage object per URL and process: building one (an engine, a schema check)
-    costs a fraction of a second, and workers list the studies before every batch."""
-    import optuna
-    return optuna.storages.get_storage(url)
 
 
 def register(study, *, spec, target: dict, config, space: str | None, lease_s: float, budget: int,

@@ -9,6 +9,7 @@ other's trials.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 
 SAMPLERS = ("tpe", "random", "cmaes", "gp")
@@ -75,12 +76,30 @@ def add_trial(study, decisions: dict, choices: dict, value: float) -> None:
     study.add_trial(optuna.trial.create_trial(params=params, distributions=dists, value=value))
 
 
+# A PostgreSQL commit then returns before the server has flushed it to disk: Optuna commits every
+# suggested parameter, and waiting for the flush made asking, not measuring, most of a worker's time.
+# A server crash can lose the last commits; their trials are re-asked (leases, tuner.lease) and the
+# measurements themselves are in the JSONL logs.
+POSTGRES_OPTIONS = "-c synchronous_commit=off"
+
+
+@functools.lru_cache(maxsize=8)
+def connect(url: str):
+    """One Optuna storage object per URL and process: building one (an engine, a schema check)
+    costs a fraction of a second, and workers list the studies before every batch."""
+    import optuna
+    if url.startswith("postgresql"):
+        return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"options": POSTGRES_OPTIONS}})
+    return optuna.storages.get_storage(url)
+
+
 def open_study(storage: str | None, name: str, sampler):
     """``(study, mirror)``: the study to search and, for a SQLite ``storage``, the stored study
     that :func:`write_back` updates (else None).  Raises :class:`StorageError` in one line."""
     import optuna
     try:
-        study = retry_schema_race(lambda: optuna.create_study(storage=storage, sampler=sampler, study_name=name,
+        where = connect(storage) if is_shared(storage) else storage
+        study = retry_schema_race(lambda: optuna.create_study(storage=where, sampler=sampler, study_name=name,
                                                               direction="maximize", load_if_exists=True))
     except ImportError:
         raise

@@ -122,6 +122,7 @@ def main(argv=None) -> int:
     from tests import onnx_models
     folder, server = None, args.storage
     tmp = tempfile.mkdtemp(prefix="bench-wm-")
+    os.chmod(tmp, 0o755)    # the server runs as another user (postgres) and must reach its folder inside
     if server is None:
         from tests import pg_server
         folder = os.path.join(tmp, "pg")

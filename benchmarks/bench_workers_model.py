@@ -30,7 +30,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -38,17 +37,8 @@ sys.path.insert(0, ROOT)
 SETUPS = {"1 process x 2 threads": (0, 2), "2 workers x 1 thread": (2, 1)}
 MODELS = {"mlp": {"batch": 32, "sizes": (1024, 2048, 2048, 1000)},
           "mlp-small": {"batch": 16, "sizes": (256, 512, 256, 128)}}
-PAUSE_S = 5.0
 
-
-def fresh_database(server: str) -> str:
-    import psycopg
-    name = f"bench_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(server, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    return server.rsplit("/", 1)[0] + f"/{name}"
-
-
+from bench_workers import PAUSE_S, fresh_database  # noqa: E402 - (benchmarks/ is this script's folder)
 def run_once(model: str, server: str, workers: int, threads: int, trials: int, log: str) -> dict:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
     cmd = [sys.executable, "-m", "tuner.cli", "tune-model", model, "--trials", str(trials), "--threads", str(threads),

@@ -27,6 +27,7 @@ from tensorir.te import walk
 
 from .schedule import Schedule
 from .state import AttachKind
+from .tiling import fuse_loops
 
 
 BLOCK_ELEMENTS = 512
@@ -83,10 +84,7 @@ def schedule_host(space, s: Schedule, src, host: str, hosted: list) -> Schedule:
         if block > 1:
             s = s.split(loops[-1], factor=block)
             loops = loops[:-1] + [s.trace[-1].outputs[0]]
-        fused = loops[0]
-        for lp in loops[1:]:
-            s = s.fuse(fused, lp)
-            fused = s.trace[-1].outputs[0]
+        s, fused = fuse_loops(s, loops)
         if src.choose(f"{host}.parallel", [True, False]):
             s = s.parallel(fused)
         outer = fused

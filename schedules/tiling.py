@@ -32,10 +32,16 @@ def fuse_parallel(s: Schedule, loops: list, src, name: str) -> Schedule:
             order = [loops[first]] + [lp for i, lp in enumerate(loops) if i != first]
             s = s.reorder(*order)
             loops = order
+    s, fused = fuse_loops(s, loops)
+    if src.choose(f"{name}.parallel", [True, False]):
+        s = s.parallel(fused)
+    return s
+
+
+def fuse_loops(s: Schedule, loops: list) -> tuple:
+    """``(schedule, fused loop)``: ``loops`` (outermost first, adjacent) fused into one."""
     fused = loops[0]
     for lp in loops[1:]:
         s = s.fuse(fused, lp)
         fused = s.trace[-1].outputs[0]
-    if src.choose(f"{name}.parallel", [True, False]):
-        s = s.parallel(fused)
-    return s
+    return s, fused

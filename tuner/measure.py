@@ -47,8 +47,14 @@ How timings are protected from noise
   candidate whose first repeat is already ``screen`` (1.5) times slower than
   the best so far stops there: it cannot become the best, and the time goes
   to the contenders (docs/decisions/007-screening-slow-candidates.md).
-  ``flush_cache=True`` instead times single calls, each after writing a
-  buffer twice the size of the largest cache.
+- **Weights cold, as a model runs them.**  A model runs each kernel once
+  per inference, after the other kernels' weights have pushed its own out
+  of the caches; timed in a loop, the same kernel keeps them warm (a 32-row
+  product with 8 MB of weights: 1.1 ms warm, 2.5 ms in the model).  So the
+  constant inputs (``Measurer(..., constants=...)``: weights, and their
+  packed copies) are evicted from every cache level before each timed call
+  (``flush_cache="constants"``, the default; decision 031), and each call is
+  timed alone; ``flush_cache=True`` evicts every argument, False none.
 - **Arrays placed as users' are.**  Inputs and outputs start 16 bytes past a
   page boundary, like large numpy arrays (:func:`tuner.layout.placed`), in
   the runner and in every side-by-side comparison: a kernel's speed depends
@@ -78,7 +84,7 @@ from schedules.errors import ScheduleError
 from tensorir.tir.ir import Allocate, PrimFunc, walk_stmts
 
 from . import worker as W
-from .prepack import PackedKernel, packed_arrays
+from .prepack import PackedKernel, packed_arrays, replaced_inputs
 from .spec import WorkloadSpec
 from .target import host_target
 from .text import one_line
@@ -110,9 +116,11 @@ class MeasureConfig:
         Budget per candidate for build plus run (10 s).  The runner gives up
         by itself ("timeout") when the remaining repeats cannot fit, and is
         killed if a call does not return within the budget plus 0.5 s.
-    flush_cache : bool
-        Time single calls, each after writing a buffer larger than the
-        last-level cache (False).
+    flush_cache : bool or "constants"
+        What is evicted from the caches before each timed call
+        (:func:`tensorir.runtime.cacheflush.evict`): ``"constants"`` (default)
+        the constant inputs given to the :class:`Measurer` and their packed
+        copies (nothing if none is), True every argument, False nothing.
     threads : int or None
         Threads for parallel loops; None (default) uses every core.  With
         fewer threads than cores, compilation overlaps timing on the free cores.
@@ -147,7 +155,7 @@ class MeasureConfig:
     min_repeat_ms: float = 40.0
     number: int | None = None
     timeout_s: float = 10.0
-    flush_cache: bool = False
+    flush_cache: bool | str = "constants"
     threads: int | None = None
     check: bool = True
     rtol: float = 1e-4
@@ -170,6 +178,8 @@ class MeasureConfig:
         if self.screen is not None and (isinstance(self.screen, bool) or not isinstance(self.screen, (int, float))
                                         or not self.screen >= 1):
             raise ValueError(f"MeasureConfig.screen must be None or a number >= 1, got {self.screen!r}")
+        if not (isinstance(self.flush_cache, bool) or self.flush_cache == "constants"):
+            raise ValueError(f"MeasureConfig.flush_cache must be True, False or 'constants', got {self.flush_cache!r}")
         for name in ("rtol", "atol"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
@@ -317,9 +327,10 @@ class Measurer:
     it raises if the reference cannot be computed or the runner cannot start.
     """
 
-    def __init__(self, spec: WorkloadSpec, config: MeasureConfig | None = None):
+    def __init__(self, spec: WorkloadSpec, config: MeasureConfig | None = None, constants=()):
         self.spec = spec
         self.config = config or MeasureConfig()
+        self.constants = sorted(int(i) for i in constants)   # placeholder indices of the weights
         cpus = sorted(os.sched_getaffinity(0))
         self.threads = self.config.threads or len(cpus)
         self.overlap = self.threads < len(cpus)
@@ -352,7 +363,7 @@ class Measurer:
         self._runner_init.update(
             inputs=inputs, reference=reference, output_names=[t.name for t in outs],
             output_dtypes=[t.dtype for t in outs], reduction_length=spec.reduction_length,
-            threads=self.threads, config=dataclasses.asdict(cfg))
+            threads=self.threads, config=dataclasses.asdict(cfg), constants=self.constants)
         for b in self._builders:
             b.start()
         self._runner = W.WorkerProcess("runner", self._runner_init)
@@ -537,13 +548,15 @@ class Measurer:
         slow = None       # the budget was cut to a multiple of the best so far
         if cutoff is not None and max(_SLOW_FLOOR_S, _SLOW_FACTOR * self._best_s) < budget:
             budget = slow = max(_SLOW_FLOOR_S, _SLOW_FACTOR * self._best_s)
-        extra = []
+        extra, packed = [], []
         if i in self._packed:     # (built once per distinct pack; sent with every run of a kernel that reads it)
-            extra = packed_arrays(self._packed[i], self._runner_init["inputs"], self._pack_cache)
+            pre = self._packed[i]
+            extra = packed_arrays(pre, self._runner_init["inputs"], self._pack_cache)
             while len(self._pack_cache) > PACK_CACHE_SIZE:
                 self._pack_cache.pop(next(iter(self._pack_cache)))
+            packed = replaced_inputs(pre)
         self._runner.send(("run", {"func": func, "object": obj, "uses_openmp": omp, "budget_s": budget,
-                                   "cutoff_s": cutoff, "extra_inputs": extra}))
+                                   "cutoff_s": cutoff, "extra_inputs": extra, "packed_inputs": packed}))
         now = time.monotonic()
         return (i, now + budget + _GRACE_S, now, compile_s, slow)
 

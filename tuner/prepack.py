@@ -222,6 +222,11 @@ def packed_arrays(pre: Prepacked, originals: list, cache: dict | None = None) ->
     return out
 
 
+def replaced_inputs(pre: Prepacked) -> list:
+    """Indices of the original inputs that ``pre``'s kernel no longer reads (every read goes to a pack)."""
+    return sorted({feed[1] for feed in pre.feeds if feed[0] == "packed" and feed[2].consumers is None})
+
+
 def constant_indices(tensors: list, names) -> set:
     """Indices, among ``tensors``' placeholders, of the placeholders named in ``names``.
     Raises ValueError naming an unknown name."""

@@ -311,7 +311,10 @@ class Tuner:
         mcfg = cfg.measure
         if cfg.threads is not None and mcfg.threads is None:
             mcfg.threads = cfg.threads
-        self.measurer = Measurer(self.spec, mcfg).start()
+        if self.candidates.constants and mcfg.flush_cache:
+            # timed with the weights evicted before each call, as a model runs it (decision 031)
+            self.candidates.meta["cold"] = "all" if mcfg.flush_cache is True else "constants"
+        self.measurer = Measurer(self.spec, mcfg, self.candidates.constants).start()
         return self
 
     def status(self, best_gflops: float | None = None) -> dict:

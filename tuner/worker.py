@@ -248,26 +248,6 @@ def _serve(conn, handle) -> None:
         conn.send(handle(payload))
 
 
-def cache_flush_bytes() -> int:
-    """Twice the largest CPU cache (from sysfs; 32 MiB assumed if unknown)."""
-    largest = 0
-    base = "/sys/devices/system/cpu/cpu0/cache"
-    try:
-        for entry in os.listdir(base):
-            try:
-                with open(os.path.join(base, entry, "size")) as f:
-                    text = f.read().strip()
-            except OSError:
-                continue
-            mult = {"K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}.get(text[-1:].upper(), 1)
-            digits = text[:-1] if text[-1:].isalpha() else text
-            if digits.isdigit():
-                largest = max(largest, int(digits) * mult)
-    except OSError:
-        pass
-    return 2 * (largest or 32 * 1024 ** 2)
-
-
 class _Runner:
     """Runner state kept across candidates: inputs, reference, output buffers."""
 
@@ -285,11 +265,13 @@ class _Runner:
         self.ptrs = [ctypes.c_void_p(a.ctypes.data) for a in self.arrays]
         self.red_len = max(1, int(init["reduction_length"]))
         self.threads = int(init["threads"])
-        self.flush = None
-        if self.cfg["flush_cache"]:
-            self.flush = np.zeros(cache_flush_bytes() // 8, dtype=np.int64)
-        from tensorir.runtime import jit, llvm, safety
+        # input indices that are constants (weights): evicted before each timed call when
+        # flush_cache is "constants" (tensorir.runtime.cacheflush)
+        self.constants = [int(i) for i in init.get("constants", ())]
+        from tensorir.runtime import cacheflush, jit, llvm, safety
         llvm.target_machine()
+        self.evict = cacheflush.evict
+        self.cold = []
         self.runtime = jit
         self.safety = safety
 
@@ -312,6 +294,7 @@ class _Runner:
         link_s = time.perf_counter() - t_start
         extra = [self.placed(a) for a in job.get("extra_inputs") or ()]   # packed constants, after the inputs
         n = len(self.inputs)
+        self.cold = self._cold_arrays(extra, job.get("packed_inputs") or ())
         ptrs = (*self.ptrs[:n], *(ctypes.c_void_p(a.ctypes.data) for a in extra), *self.ptrs[n:])
         # The kernel returns a status: nonzero (an allocation failed) raises from _measure.
         proto = ctypes.CFUNCTYPE(ctypes.c_int32, *([ctypes.c_void_p] * len(ptrs)), ctypes.c_int32)
@@ -325,6 +308,16 @@ class _Runner:
         result["link_seconds"] = link_s
         result["run_seconds"] = time.perf_counter() - t_start
         return result
+
+    def _cold_arrays(self, extra: list, packed_inputs) -> list:
+        """The arrays to evict before each timed call (MeasureConfig.flush_cache)."""
+        mode = self.cfg["flush_cache"]
+        if mode is True:
+            return self.inputs + extra + self.outputs
+        if mode == "constants":
+            # a constant the kernel reads only through its packed copy is not evicted: it stays cold
+            return [self.inputs[i] for i in self.constants if i not in set(packed_inputs)] + extra
+        return []
 
     def _measure(self, cfunc, args, budget: float, t_start: float, cutoff: float | None = None,
                  sites=None) -> dict:
@@ -358,9 +351,7 @@ class _Runner:
                                  f"do not fit in its budget of {budget:.3g} s (spent {spent:.2f} s)"}
 
         per_run = first
-        if cfg["flush_cache"]:
-            number = 1
-        elif cfg["number"]:
+        if cfg["number"]:
             number = int(cfg["number"])
         else:
             number, per_run = self._calibrate(cfunc, args, first, cfg["min_repeat_ms"] / 1000.0)
@@ -375,19 +366,26 @@ class _Runner:
         gc.disable()
         try:
             for _ in range(cfg["repeat"]):
-                if self.flush is not None:
-                    self.np.add(self.flush, 1, out=self.flush)
                 status = 0
                 t0 = time.perf_counter()
-                for _ in range(number):
-                    status = cfunc(*args) or status
-                dt = time.perf_counter() - t0
+                if self.cold:
+                    dt = 0.0
+                    for _ in range(number):
+                        self.evict(self.cold)
+                        t1 = time.perf_counter()
+                        status = cfunc(*args) or status
+                        dt += time.perf_counter() - t1
+                else:
+                    for _ in range(number):
+                        status = cfunc(*args) or status
+                    dt = time.perf_counter() - t0
+                wall = time.perf_counter() - t0
                 if status:
                     raise failed(status)
                 costs.append(dt / number)
                 if len(costs) == 1 and cutoff is not None and costs[0] > cutoff:
                     break   # clearly slower than the best so far: one repeat is enough
-                too_long = out_of_time(cfg["repeat"] - len(costs), dt)
+                too_long = out_of_time(cfg["repeat"] - len(costs), wall)
                 if too_long:
                     return too_long
         finally:

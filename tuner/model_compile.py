@@ -14,10 +14,11 @@ import numpy as np
 
 from graph.fusion import fuse
 from graph.ir import Graph
-from tensorir.te.evaluate import evaluate
 from graph.lower import lower_group, plan_layouts, storage_dtype, to_storage
 from graph.lower.core import storage_shape
 from graph.runtime import Buffer, CompiledModel, Step
+from tensorir.te.evaluate import evaluate
+from tuner.prepack import replaced_inputs
 
 
 def run_passes(graph: Graph, trace=None) -> Graph:
@@ -123,6 +124,7 @@ def assemble(plan: Plan, kernels: dict, info: dict | None = None) -> CompiledMod
 
     inputs = [buffer_of(v) for v in graph.inputs]
     steps = []
+    read_directly: set = set()      # buffers some kernel reads as they are
     packed: dict = {}       # (source buffer, pack stage) -> buffer of the packed copy
 
     def constant_buffer(label: str, array) -> int:
@@ -150,6 +152,10 @@ def assemble(plan: Plan, kernels: dict, info: dict | None = None) -> CompiledMod
                 args.append(packed[(src, feed[2].name, feed[2].shape)])
             if info is not None:
                 info["prepack_seconds"] = info.get("prepack_seconds", 0.0) + time.perf_counter() - t0
+            replaced = {base[j] for j in replaced_inputs(pre)}
+            read_directly.update(b for j, b in enumerate(args) if b not in replaced)
+        else:
+            read_directly.update(args)
         args += [buffer_of(v) for v in lw.outputs]
         steps.append(Step(kernels[lw.key], tuple(args), g.name))
     outputs = []
@@ -161,9 +167,15 @@ def assemble(plan: Plan, kernels: dict, info: dict | None = None) -> CompiledMod
             out = len(buffers)
             buffers.append(Buffer(v, t.shape, t.dtype, storage_shape(t.shape), storage_dtype(t.dtype)))
             steps.append(Step(_copy, (b, out), f"copy {v}"))
+            read_directly.add(b)
             b = out
         outputs.append(b)
-    return CompiledModel(graph.name, buffers, inputs, outputs, constants, steps, info)
+    # A weight that every kernel reads only through its packed copy is not kept: the kernels
+    # still take it (their signatures), and get an array of zeros the OS never backs with memory.
+    unread = {b for b in constants if b not in read_directly}
+    for b in unread:
+        constants[b] = np.zeros(constants[b].shape, constants[b].dtype)
+    return CompiledModel(graph.name, buffers, inputs, outputs, constants, steps, info, unread=unread)
 
 
 def compile_graph(graph: Graph, log=None, threads: int | None = None, passes: bool = True,

@@ -23,6 +23,7 @@ from schedules import Schedule
 from tensorir import te
 from tensorir.te import ComputeOp, Tensor, TensorRead
 from tensorir.te.evaluate import evaluate, topo_stages
+from tensorir.te.tensor import reads
 from tensorir.tir.rewrite import rewrite
 
 
@@ -224,7 +225,9 @@ def packed_arrays(pre: Prepacked, originals: list, cache: dict | None = None) ->
 
 def replaced_inputs(pre: Prepacked) -> list:
     """Indices of the original inputs that ``pre``'s kernel no longer reads (every read goes to a pack)."""
-    return sorted({feed[1] for feed in pre.feeds if feed[0] == "packed" and feed[2].consumers is None})
+    read = {id(r.tensor) for t in topo_stages(pre.tensors) if not t.is_placeholder for r in reads(t.op.body)}
+    sources = {feed[1] for feed in pre.feeds if feed[0] == "packed"}
+    return sorted(j for j in sources if id(pre.tensors[j]) not in read)
 
 
 def constant_indices(tensors: list, names) -> set:

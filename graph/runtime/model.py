@@ -62,9 +62,13 @@ class CompiledModel:
     steps : list of Step
     info : dict, optional
         Anything the compiler wants to show (kernels, lookups, compile time).
+    unread : set of int, optional
+        Constants no kernel reads (weights every kernel reads through a packed copy): the kernels
+        take them, so they stay in ``constants`` as zeros, but an ahead-of-time build stores none.
     """
 
-    def __init__(self, name: str, buffers, inputs, outputs, constants: dict, steps, info: dict | None = None):
+    def __init__(self, name: str, buffers, inputs, outputs, constants: dict, steps, info: dict | None = None,
+                 unread=()):
         self.name = name
         self.buffers = list(buffers)
         self.input_ids = list(inputs)
@@ -72,6 +76,7 @@ class CompiledModel:
         self.constants = dict(constants)
         self.steps = list(steps)
         self.info = dict(info or {})
+        self.unread = set(unread)
         self.memory = self._plan()
         self._lock = threading.Lock()
         self._arrays = None

@@ -280,7 +280,8 @@ def cmd_tune(args) -> int:
     if t90:
         print(f"90% of best   after {t90[0]} trials, {t90[1]:.1f} s")
     if constants:
-        print(f"constants     {', '.join(constants)}: packed once outside the timed call (as a build with them does)")
+        print(f"constants     {', '.join(constants)}: packed once outside the timed call (as a build with them does), "
+              f"evicted from the caches before each call (as a model runs them)")
     print(f"log           {log.path}")
     if not result.best.decisions:
         print("note          no tuned schedule beat the default loop nest (compiled with LLVM -O3); builds use it")

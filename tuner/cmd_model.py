@@ -154,13 +154,13 @@ def profile_text(model, feeds, top: int = 15) -> str:
     groups = {g.name: (g, lw) for g, lw in zip(plan.groups, plan.lowered)} if plan is not None else {}
     prof = sorted(model.profile(feeds), key=lambda p: -p["seconds"])
     total = sum(p["seconds"] for p in prof) or 1.0
-    lines = [f"profile: {len(prof)} steps, {total * 1e3:.2f} ms in kernels (GB/s: every buffer a step reads or "
-             f"writes, once)"]
+    lines = [f"profile: {len(prof)} steps, {total * 1e3:.2f} ms in kernels, each timed where it runs in the model "
+             f"(GB/s: every buffer a step reads or writes, once)"]
     for p in prof[:top]:
         g, lw = groups.get(p["label"], (None, None))
         what = "+".join(g.ops) if g is not None else p["label"]
         step = model.steps[p["step"]]
-        nbytes = sum(model.buffers[b].nbytes for b in set(step.args))
+        nbytes = sum(model.buffers[b].nbytes for b in set(step.args) - model.unread)
         rate = f"{nbytes / p['seconds'] / 1e9:6.1f} GB/s"
         if lw is not None:
             rate += f" {count_flops(lw.tensors) / p['seconds'] / 1e9:7.1f} GFLOP/s"

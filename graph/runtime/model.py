@@ -193,26 +193,28 @@ class CompiledModel:
                 result[buf.name] = (a != 0) if buf.dtype == "bool" else a.astype(buf.dtype, copy=True)
         return result
 
-    def profile(self, feeds: dict, min_seconds: float = 0.02) -> list:
+    def profile(self, feeds: dict, min_seconds: float = 0.02, min_runs: int = 5) -> list:
         """Seconds per call of each step on ``feeds``: ``[{"step", "label", "seconds"}]`` in plan order.
 
-        Each step is repeated for at least ``min_seconds`` after the whole model ran once; for
-        finding which fused group dominates a model's latency, not for comparisons (use
-        ``benchmarks/`` for those).
+        The whole model runs at least ``min_runs`` times and for at least ``min_seconds``, each
+        step timed where it runs (its inputs just written by the steps before, its weights pushed
+        out of the caches by theirs, as in :meth:`run`; a step repeated alone would keep its
+        weights warm and look faster than it is in the model); per step the median.  For finding
+        which fused group dominates a model's latency, not for comparisons (use ``benchmarks/``).
         """
         self.run(feeds)
-        out = []
+        times = [[] for _ in self.steps]
         with self._lock:
-            for n, (step, call) in enumerate(zip(self.steps, self._bound)):
-                calls, t0 = 0, time.perf_counter()
-                while True:
+            started = time.perf_counter()
+            while len(times[0]) < min_runs or time.perf_counter() - started < min_seconds:
+                for n, call in enumerate(self._bound):
+                    t0 = time.perf_counter()
                     call()
-                    calls += 1
-                    elapsed = time.perf_counter() - t0
-                    if elapsed >= min_seconds:
-                        break
-                out.append({"step": n, "label": step.label, "seconds": elapsed / calls})
-        return out
+                    times[n].append(time.perf_counter() - t0)
+                if not self._bound:
+                    break
+        return [{"step": n, "label": step.label, "seconds": float(np.median(ts)) if ts else 0.0}
+                for n, (step, ts) in enumerate(zip(self.steps, times))]
 
     def __call__(self, *args, **feeds):
         """``model(x, y)`` (input order) or ``model(x=..., y=...)``: the outputs dict."""

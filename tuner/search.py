@@ -197,6 +197,8 @@ class Tuner:
             f"knobs-{getattr(getattr(self.space, 'fn', None), '__name__', 'custom')}"
         if self.config.constants:   # timed with these packed outside the kernel: a study of its own
             tag += "-prepacked-" + ",".join(sorted(self.config.constants))
+            if self.config.measure.flush_cache:     # ... and evicted before each call (decision 031)
+                tag += "-cold"
         return study_name(self.spec.key, self.target, self.config.sampler, tag)
 
     def _study(self, previous: list):

@@ -88,9 +88,11 @@ def connect(url: str):
     """One Optuna storage object per URL and process: building one (an engine, a schema check)
     costs a fraction of a second, and workers list the studies before every batch."""
     import optuna
+    # (building the storage creates Optuna's tables in a fresh database: workers starting together race)
     if url.startswith("postgresql"):
-        return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"options": POSTGRES_OPTIONS}})
-    return optuna.storages.get_storage(url)
+        return retry_schema_race(lambda: optuna.storages.RDBStorage(
+            url, engine_kwargs={"connect_args": {"options": POSTGRES_OPTIONS}}))
+    return retry_schema_race(lambda: optuna.storages.get_storage(url))
 
 
 def open_study(storage: str | None, name: str, sampler):

@@ -7,7 +7,8 @@ Every run starts from an empty log (no resume, no transfer from other runs). For
 thread count and strategy it reports: tasks tuned, trials, tuning wall time, end-to-end latency
 of the untuned model (heuristic starts), of the tuned model and of onnxruntime (``ORT_ENABLE_ALL``,
 the same threads, no spinning), all three timed side by side in one process, alternating rounds
-with a pause at every switch, and whether the tuned outputs match the untuned ones. With two
+with a pause at every switch, whether the tuned outputs match the untuned ones, their largest error
+relative to onnxruntime's outputs, and per tuned task its share of the estimated latency. With two
 strategies the estimated model latency after the same trials compares them.
 Models (tests/onnx_models.py, random weights, batch 1 unless said): ``mlp`` 32x1024 -> 2048 -> 2048
 -> 1000 (Gemm + Relu); ``resnet18`` 1x3x224x224 (BatchNorm after every conv, as exported);
@@ -80,6 +81,18 @@ def main(argv=None) -> int:
     for r in rows:
         print(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | {r[4]} | {r[5]:.0f} | {r[6]:.2f} | {r[7]:.2f} | {r[8]:.2f} | "
               f"{r[9]:.2f}x | {'yes' if r[10] else 'NO'} | {r[11]:.2f} |")
+    for out in results:
+        est = sum(t["weighted_latency_s"] or 0.0 for t in out["tasks"]) or 1.0
+        err = out.get("max_relative_error_vs_onnxruntime")
+        print(f"\n{os.path.basename(out['model'])}, {out['threads']} thread(s): tuned tasks' share of the estimated "
+              f"latency; outputs against onnxruntime: max relative error "
+              f"{'n/a' if err is None else f'{err:.1e}'}")
+        print("| task | weight | trials | GFLOP/s | latency ms | share |")
+        print("|---|---|---|---|---|---|")
+        for t in sorted(out["tasks"], key=lambda t: -(t["weighted_latency_s"] or 0.0)):
+            if t["weighted_latency_s"]:
+                print(f"| {t['name']} | {t['weight']} | {t['trials']} | {t['gflops'] or 0:.1f} | "
+                      f"{t['latency_s'] * 1e3:.3f} | {t['weighted_latency_s'] / est:.0%} |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1, default=str)

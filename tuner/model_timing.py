@@ -61,6 +61,24 @@ def time_models(models: dict, feeds: dict, threads: int | None = None, ort=None,
 
 
 
+def relative_error(outputs: dict, ort, feeds: dict) -> float | None:
+    """The largest ``|ours - onnxruntime's|`` over the outputs, each relative to that output's largest
+    magnitude (None if onnxruntime fails to run or names outputs differently)."""
+    try:
+        names = [o.name for o in ort.get_outputs()]
+        theirs = dict(zip(names, ort.run(None, feeds)))
+    except Exception:  # noqa: BLE001 - the reference only
+        return None
+    worst = 0.0
+    for name, ours in outputs.items():
+        if name not in theirs:
+            return None
+        ref = np.asarray(theirs[name], dtype=np.float64)
+        scale = float(np.max(np.abs(ref))) if ref.size else 0.0
+        worst = max(worst, float(np.max(np.abs(np.asarray(ours, np.float64) - ref))) / (scale or 1.0) if ref.size else 0.0)
+    return worst
+
+
 def model_proto(path: str):
     """The ONNX model at ``path`` for onnxruntime, or None if onnx cannot read it."""
     try:

@@ -48,7 +48,7 @@ def tune_model(graph, model_path: str | None, options: ModelTuneOptions, say=Non
     from tensorir.te.check import check_outputs
     from .model_compile import assemble, build_kernels, plan_graph
     from .model_progress import TableProgress, task_rows
-    from .model_timing import model_proto, ort_session, random_feeds, time_models
+    from .model_timing import model_proto, ort_session, random_feeds, relative_error, time_models
 
     say = say or (lambda *a: None)
     started = time.perf_counter()
@@ -93,6 +93,7 @@ def tune_model(graph, model_path: str | None, options: ModelTuneOptions, say=Non
                             reduction_length=max((t.spec.reduction_length for t in tasks), default=1))
     ort, ort_why = ort_session(model_proto(model_path) if model_path else None, options.threads)
     say("timing the model: tuned, untuned" + (" and onnxruntime" if ort is not None else "") + " side by side ...")
+    ort_error = relative_error(outputs, ort, feeds) if ort is not None else None
     times = time_models({"tuned": tuned, "untuned": untuned}, feeds, options.threads, ort, rounds=options.rounds)
     estimated = result.latency if result is not None and math.isfinite(result.latency) else None
     return {"model": model_path or graph.name, "threads": options.threads, "strategy": options.strategy,
@@ -104,5 +105,6 @@ def tune_model(graph, model_path: str | None, options: ModelTuneOptions, say=Non
             "onnxruntime_latency_s": times.get("onnxruntime"),
             "speedup_vs_onnxruntime": times["onnxruntime"] / times["tuned"] if "onnxruntime" in times else None,
             "onnxruntime_note": ort_why, "outputs_match_untuned": problem is None, "mismatch": problem,
+            "max_relative_error_vs_onnxruntime": ort_error,
             "stop_reason": result.stop_reason if result else "no task needs tuning", "log": log_path,
             "workers": options.workers, "by_worker": shared.by_worker if shared is not None else None}

@@ -29,6 +29,7 @@ def test_tune_model_spends_the_budget_checks_outputs_and_resumes(small_mlp, tmp_
     assert len(tuned) == 2 and all(t["trials"] >= 2 for t in tuned)     # warm-up: a round each (half the budget)
     assert [t["state"] for t in out["tasks"]].count("heuristic") == 1    # the 128->8 Gemm: too small to tune
     assert out["outputs_match_untuned"] and out["latency_s"] > 0 and out["onnxruntime_latency_s"] > 0
+    assert out["max_relative_error_vs_onnxruntime"] is not None and out["max_relative_error_vs_onnxruntime"] < 1e-4
     assert out["estimated_latency_s"] > 0
     # the same command again continues: 8 new trials, the log holds both runs
     assert main(args) == 0

@@ -19,6 +19,15 @@ from tensorir.tir.ir import ForKind
 # Prefetch distances the space offers for a dense product's packed weight panel, in bytes
 # (0: no prefetch); why and the heuristic's pick: docs/decisions/028-prefetch-packed-weights.md
 PREFETCH_BYTES = [0, 512, 1024, 2048, 4096]
+PANEL_L2_BYTES = 2 << 20     # one core's L2 on the AVX-512 servers tuned for (emeraldrapids: 2 MiB)
+PANEL_DISTANCE = 1024        # the heuristic's distance for weights past it (decision 028)
+
+
+def panel_prefetch_hint(weight_bytes: int) -> int:
+    """The heuristic start's prefetch distance (bytes) for a packed operand of ``weight_bytes``:
+    none while the weights fit in one core's L2, :data:`PANEL_DISTANCE` past it.
+    Why: docs/decisions/028-prefetch-packed-weights.md"""
+    return PANEL_DISTANCE if weight_bytes > PANEL_L2_BYTES else 0
 
 
 def prefetch_tensor(g: StageGraph, name):

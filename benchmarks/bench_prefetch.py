@@ -1,7 +1,7 @@
 """Software prefetch of a dense product's packed weight panel, cold and warm: the heuristic start
 with each prefetch distance of the space (docs/decisions/028-prefetch-packed-weights.md).
 
-    python benchmarks/bench_prefetch.py [--threads 1,2] [--rounds 5] [--calls 7] [--shapes 32x1024x2048,...]
+    python benchmarks/bench_prefetch.py [--threads 1,2] [--rounds 12] [--calls 3] [--shapes 32x1024x2048,...]
 
 Each shape ``MxKxN`` is ``dense`` (``max(X @ W.T + bias, 0)``, a Gemm + Relu of a model) with its
 weights constant: packed once outside the timing, as a model build packs them (``tuner.prepack``).
@@ -34,9 +34,10 @@ from tuner.prepack import packed_arrays, prepack
 from tuner.spec import WorkloadSpec
 from tuner.target import host_target
 
-# the MLP's and the BERT layer's products, a matrix-vector product, then two shapes in no model
-SHAPES = "32x1024x2048,32x2048x2048,32x2048x1000,128x768x3072,128x3072x768,1x4096x4096,48x1500x1300,96x2304x700"
-GAP_S = 0.2
+# the MLP's and the BERT layer's products, a matrix-vector product, then two shapes in no model (one
+# whose weights fit in a core's L2)
+SHAPES = "32x1024x2048,32x2048x2048,32x2048x1000,128x768x3072,128x3072x768,1x4096x4096,96x2304x700,48x640x600"
+GAP_S = 0.05     # kernels of one thread team: a short pause lets its threads go idle
 
 _CLFLUSH = r'''
 declare void @llvm.x86.sse2.clflush(ptr)
@@ -126,15 +127,16 @@ def compare(fns: dict, flush, rounds: int, calls: int, clock=time.perf_counter) 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", default="1,2")
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--calls", type=int, default=7, help="timed calls per variant and condition in a round")
+    ap.add_argument("--rounds", type=int, default=12)
+    ap.add_argument("--calls", type=int, default=3, help="timed calls per variant and condition in a round")
     ap.add_argument("--shapes", default=SHAPES, help="MxKxN,... (rows x reduction x columns)")
     ap.add_argument("--distances", default=",".join(map(str, PREFETCH_BYTES)),
                     help="prefetch distances in bytes (default: the space's choices)")
     ap.add_argument("--clock", choices=["wall", "cpu"], default="wall",
-                    help="wall time, or the process's CPU time (steadier on a busy machine; at 2 threads "
-                         "it sums both threads' time)")
+                    help="wall time, or the process's CPU time (steadier on a busy machine; 1 thread only)")
     args = ap.parse_args(argv)
+    if args.clock == "cpu" and args.threads != "1":
+        ap.error("--clock cpu measures 1-thread runs only (the waiting threads of a team spin on CPU time)")
     clock = time.perf_counter if args.clock == "wall" else time.process_time
     flush = flusher()
     every = [int(d) for d in args.distances.split(",")]
@@ -146,6 +148,7 @@ def main(argv=None) -> int:
     print(f"| shape MxKxN | weights MiB | threads | cache | 0 | {head} | best/0 |")
     print("|---|---|---|---|---|" + "---|" * len(dists) + "---|")
     for threads in [int(t) for t in args.threads.split(",")]:
+        ratios = {(d, cold): [] for d in every for cold in (True, False)}
         for shape in args.shapes.split(","):
             m, k, n = (int(v) for v in shape.split("x"))
             spec = WorkloadSpec("dense", {"batch": m, "in_features": k, "out_features": n})
@@ -162,6 +165,12 @@ def main(argv=None) -> int:
                 best = min(t[(d, cold)] for d in dists)
                 print(f"| {shape} | {k * n * 4 / 2 ** 20:.1f} | {threads} | {'cold' if cold else 'warm'} | "
                       f"{' | '.join(cells)} | {best / t[(0, cold)]:.2f} |", flush=True)
+                for d in every:
+                    ratios[(d, cold)].append(t[(d, cold)] / t[(0, cold)])
+        for cold in (True, False):
+            means = [statistics.geometric_mean(ratios[(d, cold)]) for d in every]
+            print(f"| geomean time / time at 0 | | {threads} | {'cold' if cold else 'warm'} | "
+                  f"{' | '.join(f'{m:.2f}' for m in means)} | |", flush=True)
     return 0
 
 

@@ -16,18 +16,11 @@ from schedules.primitives import get_loop
 from schedules.state import INLINE, PrefetchSpec, StageGraph
 from tensorir.tir.ir import ForKind
 
-# Prefetch distances the space offers for a dense product's packed weight panel, in bytes
-# (0: no prefetch); why and the heuristic's pick: docs/decisions/028-prefetch-packed-weights.md
-PREFETCH_BYTES = [0, 512, 1024, 2048, 4096]
-PANEL_L2_BYTES = 2 << 20     # one core's L2 on the AVX-512 servers tuned for (emeraldrapids: 2 MiB)
-PANEL_DISTANCE = 1024        # the heuristic's distance for weights past it (decision 028)
-
-
-def panel_prefetch_hint(weight_bytes: int) -> int:
-    """The heuristic start's prefetch distance (bytes) for a packed operand of ``weight_bytes``:
-    none while the weights fit in one core's L2, :data:`PANEL_DISTANCE` past it.
-    Why: docs/decisions/028-prefetch-packed-weights.md"""
-    return PANEL_DISTANCE if weight_bytes > PANEL_L2_BYTES else 0
+# Prefetch distances the space offers for a packed operand streamed by the innermost reduction loop
+# (a dense product's weight panel), in bytes (0: no prefetch), and the heuristic start's pick, for
+# weights of any size: why, docs/decisions/028-prefetch-packed-weights.md
+PREFETCH_BYTES = [0, 1024, 2048, 4096, 8192]
+PANEL_DISTANCE = 4096
 
 
 def prefetch_tensor(g: StageGraph, name):
@@ -62,7 +55,7 @@ def apply_prefetch(g: StageGraph, inputs, attrs, outputs):
     return []
 
 
-def prefetch_decision(src, decision: str, s, tensor: str, loop: str, hint: int):
+def prefetch_decision(src, decision: str, s, tensor: str, loop: str, hint: int = PANEL_DISTANCE):
     """The search space's prefetch distance: ``src`` chooses decision ``decision`` among
     :data:`PREFETCH_BYTES` (heuristic start: ``hint``); a distance other than 0 prefetches
     ``tensor`` that many bytes ahead in every iteration of ``loop`` (a ``Schedule`` handle).

@@ -9,7 +9,7 @@ import pytest
 from logs import TuningRecord
 from schedules import Schedule
 from schedules.errors import AnnotationError, LoweringError, PrefetchError, SplitError, UnknownHandleError
-from schedules.prefetch import PANEL_DISTANCE, PREFETCH_BYTES, panel_prefetch_hint
+from schedules.prefetch import PANEL_DISTANCE, PREFETCH_BYTES
 from schedules.space import FixedDecisions, GeneratedSpace, SpaceOptions
 from tensorir import ops, te
 from tensorir.codegen.module import codegen
@@ -207,18 +207,19 @@ def test_too_many_lines_per_iteration_is_a_one_line_lowering_error():
 # ------------------------------------------------------------------ the space's decision
 
 def test_the_space_offers_a_prefetch_distance_for_the_packed_weight_panel():
-    tensors = ops.dense(32, 1024, 1024)           # 4 MiB of weights: past one core's L2
-    space = GeneratedSpace(tensors, AVX512)
-    src = FixedDecisions(space.default_decisions())
-    space.apply(src)
-    assert src.choices["D.prefetch_W"] == PREFETCH_BYTES and PREFETCH_BYTES[0] == 0
-    assert src.decisions["D.prefetch_W"] == PANEL_DISTANCE
-    small = GeneratedSpace(ops.dense(32, 256, 256), AVX512).default_decisions()      # 256 KiB
-    assert small["D.prefetch_W"] == 0
+    """Offered where W is packed, among PREFETCH_BYTES (0 first: none); the heuristic starts at
+    PANEL_DISTANCE, weights in a core's L2 or not."""
+    for shape in ((32, 1024, 1024), (32, 256, 256)):
+        space = GeneratedSpace(ops.dense(*shape), AVX512)
+        src = FixedDecisions(space.default_decisions())
+        space.apply(src)
+        assert src.choices["D.prefetch_W"] == PREFETCH_BYTES and PREFETCH_BYTES[0] == 0
+        assert src.decisions["D.prefetch_W"] == PANEL_DISTANCE > 0
     unpacked = FixedDecisions({**space.default_decisions(), "D.pack_W": False})
     space.apply(unpacked)
     assert "D.prefetch_W" not in unpacked.decisions
-    assert panel_prefetch_hint(1 << 30) == PANEL_DISTANCE and panel_prefetch_hint(1 << 10) == 0
+    mm = GeneratedSpace(ops.matmul(40, 48, 300), AVX512)
+    assert mm.default_decisions()["C.prefetch_B"] == PANEL_DISTANCE
 
 
 @pytest.mark.parametrize("distance", PREFETCH_BYTES)

@@ -215,6 +215,8 @@ def test_the_space_offers_a_prefetch_distance_for_the_packed_weight_panel():
         space.apply(src)
         assert src.choices["D.prefetch_W"] == PREFETCH_BYTES and PREFETCH_BYTES[0] == 0
         assert src.decisions["D.prefetch_W"] == PANEL_DISTANCE > 0
+    older = {k: v for k, v in space.default_decisions().items() if k != "D.prefetch_W"}
+    assert not [i for i in space.apply(FixedDecisions(older)).trace if i.kind == "prefetch"]   # replays as before
     unpacked = FixedDecisions({**space.default_decisions(), "D.pack_W": False})
     space.apply(unpacked)
     assert "D.prefetch_W" not in unpacked.decisions

@@ -11,7 +11,8 @@ import operator
 import re
 
 from schedules.errors import (AnnotationError, CacheWriteError, ComputeAtError, ComputeInlineError,
-                              FuseError, PackError, ReorderError, RFactorError, ScheduleError, SplitError)
+                              FuseError, PackError, PrefetchError, ReorderError, RFactorError, ScheduleError,
+                              SplitError)
 from schedules.state import Stage, StageGraph
 
 #
@@ -25,7 +26,8 @@ from schedules.state import Stage, StageGraph
 ERRORS = {"split": SplitError, "fuse": FuseError, "reorder": ReorderError, "unroll": AnnotationError,
           "vectorize": AnnotationError, "parallel": AnnotationError, "compute_at": ComputeAtError,
           "compute_root": ComputeAtError, "compute_inline": ComputeInlineError,
-          "cache_write": CacheWriteError, "pack": PackError, "rfactor": RFactorError}
+          "cache_write": CacheWriteError, "pack": PackError, "rfactor": RFactorError,
+          "prefetch": PrefetchError}
 
 # (inputs, attributes, output names): inputs are "loop" handles ('C.i'), "stage" or "tensor"
 # names, "loops" one or more loop handles; outputs is how many names the primitive makes
@@ -43,6 +45,9 @@ SIGNATURES = {
     "cache_write": (("stage",), (), (1, "stage")),
     "pack": (("tensor",), ("splits", "order", "consumers"), (1, "stage")),
     "rfactor": (("stage",), ("factor", "axis"), (1, "stage")),
+    # the tensor is an attribute, not an input: it names no handle the trace makes or consumes
+    # (tuner.prepack drops the instructions on a pack it moves out, but keeps a prefetch of it)
+    "prefetch": (("loop",), ("tensor", "offset", "offset_bytes"), (0, None)),
 }
 
 _WHAT = {"loop": "a loop handle like 'C.i'", "stage": "a stage name", "tensor": "a tensor name",
@@ -200,7 +205,28 @@ def _check_rfactor_attrs(inputs, attrs):
     return attrs
 
 
-_ATTR_CHECKS = {"split": _check_split_attrs, "pack": _check_pack_attrs, "rfactor": _check_rfactor_attrs}
+def _check_prefetch_attrs(inputs, attrs):
+    (loop,) = inputs
+    tensor = attrs.get("tensor")
+    if not isinstance(tensor, str):
+        raise PrefetchError("prefetch", f"expected the name of a tensor to prefetch in loop {loop}, got "
+                            f"{show(tensor)}")
+    _check_printable(tensor, "prefetch", "a tensor name")
+    given = [k for k in ("offset", "offset_bytes") if k in attrs]
+    if len(given) != 1:
+        raise PrefetchError("prefetch", f"give exactly one of offset= (iterations) or offset_bytes= for {tensor} "
+                            f"in loop {loop}")
+    key = given[0]
+    value = as_int(attrs[key], "prefetch", f"{key} of {tensor} in loop {loop}", minimum=None)
+    if value < 0:
+        raise PrefetchError("prefetch", f"{key} of {tensor} in loop {loop} must be >= 0 (a prefetch reads "
+                            f"ahead), got {value}")
+    attrs[key] = value
+    return attrs
+
+
+_ATTR_CHECKS = {"split": _check_split_attrs, "pack": _check_pack_attrs, "rfactor": _check_rfactor_attrs,
+                "prefetch": _check_prefetch_attrs}
 
 
 def unique_name(base: str, taken) -> str:

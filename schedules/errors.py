@@ -69,6 +69,10 @@ class RFactorError(ScheduleError):
     pass
 
 
+class PrefetchError(ScheduleError):
+    pass
+
+
 class DecisionError(ScheduleError):
     """A trace refers to a decision that has no value, or the value is malformed."""
 

@@ -64,6 +64,10 @@ def _check_unannotated(st: Stage, loop: str, prim: str, exc) -> None:
     if loop in st.ann:
         raise exc(prim, f"loop {st.name}.{loop} is already {st.ann[loop].value}; apply {prim} before "
                   "annotating it", stage=st.name, loop=loop)
+    fetched = [p.tensor for p in st.prefetches if p.loop == loop]
+    if fetched:
+        raise exc(prim, f"loop {st.name}.{loop} prefetches {fetched[0]}; apply {prim} before prefetch",
+                  stage=st.name, loop=loop)
 
 
 # --------------------------------------------------------------- loop shape
@@ -173,6 +177,9 @@ def _annotate(kind: str):
             raise AnnotationError(kind, f"loop {handle} is a reduction loop; expected a spatial loop (a "
                                   f"{'vectorized' if kind == 'vectorize' else 'parallel'} reduction would race "
                                   f"between {why})", stage=st.name, loop=loop)
+        if kind == "vectorize" and any(p.loop == loop for p in st.prefetches):
+            raise AnnotationError(kind, f"loop {handle} prefetches; a vectorized loop holds its own statement "
+                                  "only (prefetch at the loop around it)", stage=st.name, loop=loop)
         old = st.ann.get(loop)
         if old is not None and old is not fk:
             raise AnnotationError(kind, f"loop {handle} is already {old.value}", stage=st.name, loop=loop)
@@ -237,9 +244,9 @@ def apply_compute_inline(g, inputs, attrs, outputs):
 # ------------------------------------------------------------ new stages
 
 def _check_fresh(st: Stage, prim: str, exc) -> None:
-    if st.relations or st.ann or st.leaf != st.root or st.attach is not ROOT:
+    if st.relations or st.ann or st.prefetches or st.leaf != st.root or st.attach is not ROOT:
         raise exc(prim, f"stage {st.name} has already been scheduled; apply {prim} before splitting, "
-                  "reordering, annotating or attaching it", stage=st.name)
+                  "reordering, annotating, prefetching or attaching it", stage=st.name)
 
 
 def apply_cache_write(g, inputs, attrs, outputs):

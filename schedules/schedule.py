@@ -23,9 +23,11 @@ from schedules.state import AttachKind, StageGraph
 from tensorir.te import AxisKind
 
 from .arguments import SIGNATURES, check_instruction, show
+from .prefetch import apply_prefetch
 from .primitives import PRIMITIVES, check_attachments, get_stage
 
 TRACE_VERSION = 1
+_APPLY = {**PRIMITIVES, "prefetch": apply_prefetch}
 
 
 @dataclass(frozen=True)
@@ -113,7 +115,7 @@ class Schedule:
         inputs, attrs, outputs = check_instruction(inst.kind, inst.inputs, attrs, inst.outputs)
         new = state.copy()
         try:
-            made = PRIMITIVES[inst.kind](new, inputs, attrs, outputs)
+            made = _APPLY[inst.kind](new, inputs, attrs, outputs)
             check_attachments(new, state, inst.kind, inputs)   # the one check of compute_at's invariants
         except ScheduleError as err:
             err.nest = describe(state, err.stage, err.loop)
@@ -351,6 +353,32 @@ class Schedule:
                 raise RFactorError("rfactor", f"loop {owner}.{axis} belongs to stage {owner}, not {sname}")
         return self._do("rfactor", [sname], {"factor": factor, "axis": axis}, () if name is None else [name])
 
+    def prefetch(self, tensor, loop: str, offset: int | None = None, offset_bytes: int | None = None) -> "Schedule":
+        """Prefetch ``tensor`` in every iteration of ``loop``: the cache lines the iteration ``offset``
+        later reads, or (``offset_bytes``) those ``offset_bytes`` bytes past what it reads now; give one.
+
+        Before::
+
+            for D.k.1 in range(128):
+              for D.i.1 in range(4):  # unrolled
+                for D.j.1 in range(32):  # vectorized
+                  D[...] = D[...] + X[...] * W_pack[p, D.k.0 * 128 + D.k.1, D.j.1]
+
+        After ``prefetch("W_pack", "D.k.1", offset_bytes=1024)`` (a 32-float row: 2 lines)::
+
+            for D.k.1 in range(128):
+              prefetch(W_pack[p, D.k.0 * 128 + D.k.1, 0] + 1024 bytes)
+              prefetch(W_pack[p, D.k.0 * 128 + D.k.1, 0] + 1088 bytes)
+              for D.i.1 in range(4):  # unrolled
+                ...
+
+        One prefetch per cache line the iteration reads (not per load); the addresses may run
+        past the buffer (a prefetch never faults).  Apply it after the loop's stage is split and
+        fused into its final loops (``loop`` must not be vectorized).
+        """
+        name = self._state.names.get(id(tensor), tensor.name) if hasattr(tensor, "op") else tensor
+        return self._do("prefetch", [loop], {"tensor": name, "offset": offset, "offset_bytes": offset_bytes})
+
     def tile(self, loops: list, factors: list) -> "Schedule":
         """Split each loop by its factor and put all outer loops before all inner loops."""
         listed = [_as_list(loops), _as_list(factors)]
@@ -482,6 +510,8 @@ def _python_args(kind: str, inputs: list, attrs: dict, names) -> list:
         args += [f"{k}={attrs[k]!r}" for k in ("order", "consumers") if k in attrs]
     elif kind == "rfactor":
         args += [f"{k}={attrs[k]!r}" for k in ("factor", "axis") if k in attrs]
+    elif kind == "prefetch":
+        args = [repr(attrs["tensor"]), *args] + [f"{k}={attrs[k]!r}" for k in ("offset", "offset_bytes") if k in attrs]
     if names is not None:
         args.append(f"names={tuple(names)!r}" if kind == "split" else f"name={names[0]!r}")
     return args
@@ -503,6 +533,7 @@ def describe(state: StageGraph, stage: str | None = None, loop: str | None = Non
             ann = st.ann.get(name)
             tag = f" {ann.value}" if ann else ""
             tag += " (reduce)" if lp.kind is AxisKind.REDUCE else ""
+            tag += "".join(f" (prefetch {p.tensor})" for p in st.prefetches if p.loop == name)
             here = "   <-- here" if stage == st.name and loop == name else ""
             lines.append(f"{'  ' * (depth + 1)}for {st.name}.{name} in range({lp.extent}){tag}{here}")
     return "\n".join(lines)

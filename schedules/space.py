@@ -41,6 +41,7 @@ from tensorir.te import AxisKind
 from .conv_space import find_convs, tile_conv
 from .rows import schedule_host, shared_in_row
 from .transpose_tiles import transpose_tile
+from .prefetch import PANEL_DISTANCE, prefetch_decision
 from .decisions import DecisionSource, FixedDecisions, MutatedDecisions, OptunaDecisions, RandomDecisions  # noqa: F401
 from .schedule import Schedule
 from .tiling import fuse_parallel as _fuse_parallel, split_all as _split_all
@@ -267,6 +268,7 @@ class GeneratedSpace:
             body *= r1[lp]
         # packing inputs whose innermost index follows the vector axis
         packs = []
+        panels = {}          # pack stage -> the source tensor's name
         transposed = set()   # packs whose panel axis is not the source's contiguous one
         for tensor, dim in _packable(st, vec_axis.split(".", 1)[1]):
             tname = s._state.name_of(tensor)
@@ -274,6 +276,7 @@ class GeneratedSpace:
                 order = [f"{dim}.o"] + [str(d) for d in range(tensor.ndim) if d != dim] + [f"{dim}.i"]
                 s = s.pack(tname, {dim: t3[vec_axis]}, order=order, consumers=[name])
                 packs.append(s.trace[-1].outputs[0])
+                panels[packs[-1]] = tname
                 if dim != tensor.ndim - 1:
                     # Such a pack gathers each vector from as many rows as the panel is wide, 4 KiB
                     # apart for dense's 1024-wide W: 64 rows at once thrash one L1 set, so the panel
@@ -351,6 +354,11 @@ class GeneratedSpace:
             s = self._pack_in_task(s, src, sp0, packs, name, transposed) if in_task else \
                 _fuse_parallel(s, sp0, src, name)
         s = _register_tile(s, name, unroll_k)
+        # the packed panel prefetched ahead in the innermost reduction loop, which streams it
+        # (cold in a model: the other kernels' weights evicted it); the heuristic prefetches 4 KiB ahead
+        # why: docs/decisions/028-prefetch-packed-weights.md
+        for p in packs if rd1 else ():
+            s = prefetch_decision(src, f"{st.name}.prefetch_{panels[p]}", s, p, rd1[-1], PANEL_DISTANCE)
         return s
 
     def _hint_k_blocks(self, src, row: str, reduce: list, ext: dict) -> None:

@@ -82,6 +82,16 @@ class AttachProblem:
     consumers: tuple = ()      # "outside": its consumers that are not inside host.loop
 
 
+@dataclass(frozen=True, slots=True)
+class PrefetchSpec:
+    """``prefetch``: in every iteration of leaf loop ``loop``, prefetch the lines of ``tensor`` (a
+    name) the loop reads ``offset`` iterations later, or ``offset_bytes`` bytes past what it reads now."""
+    tensor: str
+    loop: str
+    offset: int | None = None
+    offset_bytes: int | None = None
+
+
 @dataclass
 class Loop:
     name: str
@@ -105,6 +115,7 @@ class Stage:
     is_output: bool = False
     origin: StageOrigin = StageOrigin.COMPUTE
     read_cache: tuple | None = field(default=None, repr=False, compare=False)   # (body, its read tensors)
+    prefetches: list = field(default_factory=list)   # PrefetchSpec, in the order given
 
     @property
     def shape(self) -> tuple:
@@ -137,7 +148,7 @@ class Stage:
         return Stage(self.name, self.tensor, self.body, list(self.root), dict(self.root_vars),
                      {k: Loop(v.name, v.kind, v.extent) for k, v in self.loops.items()},
                      list(self.leaf), list(self.relations), dict(self.ann), self.attach,
-                     self.is_output, self.origin, self.read_cache)
+                     self.is_output, self.origin, self.read_cache, list(self.prefetches))
 
     def annotation(self, loop: str) -> ForKind:
         return self.ann.get(loop, ForKind.SERIAL)

@@ -15,6 +15,7 @@ from schedules.errors import LoweringError
 from schedules.lowering.bounds import Bounds, StageLayout, infer_bounds
 from schedules.lowering.checks import check_annotations
 from schedules.lowering.guards import GuardScope
+from schedules.lowering.prefetch import prefetch_stmts
 from schedules.state import AttachKind, Stage, StageGraph
 from tensorir.te import AxisKind, Reduce, TensorRead
 from tensorir.te.expr import Binary, BinOp, Expr
@@ -47,6 +48,7 @@ class _Emitter:
         self.bounds = bounds
         self.g = bounds.graph
         self.guards = GuardScope(bounds.var_kind)
+        self.prefetch_cache: dict = {}     # (stage, loop) -> its Prefetch statements
 
     def run(self, name: str | None) -> PrimFunc:
         body = seq(*[self.emit_stage(s) for s in self.g.stages if s.attach.kind is AttachKind.ROOT])
@@ -106,18 +108,44 @@ class _Emitter:
             var, ext = lay.vars[name], lay.extents[name]
             if ext == 1:  # a single iteration: no loop, the variable is 0 everywhere
                 inner = guards.versioned(pending, lambda p: rec(i + 1, p))
-                return self._attach(s, name, inner) if attach else inner
+                return seq(*self._prefetches(s, lay, name), self._attach(s, name, inner)) if attach else inner
             with guards.loop(var):
                 ready, rest = guards.split(pending)
                 inner = guards.versioned(rest, lambda p: rec(i + 1, p))
                 if attach:
                     inner = self._attach(s, name, inner)
                 inner = guards.guard(ready, inner)
+                if attach:     # (the main nest; an init nest reads nothing)
+                    inner = seq(*self._prefetches(s, lay, name), inner)
             return For(var, ext, s.annotation(name), inner)
 
         ready, rest = guards.split(conds)
         out = guards.versioned(rest, finish) if not loops else guards.versioned(rest, lambda p: rec(0, p))
         return guards.guard(ready, out)
+
+    def _prefetches(self, s: Stage, lay: StageLayout, loop: str) -> tuple:
+        """The ``Prefetch`` statements at the top of ``s.loop``'s body (:mod:`.prefetch`), unguarded."""
+        specs = [p for p in s.prefetches if p.loop == loop]
+        if not specs:
+            return ()
+        key = (s.name, loop)
+        if key not in self.prefetch_cache:
+            gv = self.bounds.global_values(s)
+            sub = {s.root_vars[r]: gv[r] for r in s.root}
+            pos = s.leaf.index(loop)
+            inner = {lay.vars[n]: (0, lay.extents[n] - 1) for n in s.leaf[pos + 1:] if lay.extents[n] > 1}
+            out = []
+            for spec in specs:
+                reads = [r for r in s.reads() if self.g.names.get(id(r.tensor)) == spec.tensor]
+                if not reads:
+                    raise LoweringError("prefetch", f"stage {s.name} prefetches {spec.tensor} in loop {s.name}."
+                                        f"{loop} but no longer reads it (inlined or packed after the prefetch)",
+                                        stage=s.name, loop=loop)
+                loads = [self.translate(substitute(r, sub)) for r in reads]
+                out += prefetch_stmts(spec, s.name, loads, lay.vars[loop], lay.extents[loop], inner,
+                                      self.guards.simplify)
+            self.prefetch_cache[key] = tuple(out)
+        return self.prefetch_cache[key]
 
     def _attach(self, s: Stage, loop: str, inner):
         """``inner`` preceded by the stages computed at ``s.loop``."""

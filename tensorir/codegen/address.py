@@ -58,7 +58,7 @@ class Addressing:
                                "(not a parameter and not allocated by an enclosing Allocate)")
         return ptr
 
-    def address(self, buf: Buffer, indices):
+    def address(self, buf: Buffer, indices, inbounds: bool = True):
         """Pointer to the scalar element ``buf[indices]`` (a vector of pointers for gathers).
 
         Affine offsets become a chain of pointers, one link per loop level that
@@ -69,8 +69,9 @@ class Addressing:
         and differ by displacements, with no help from LLVM's loop passes.
         """
         # Under a lane mask the first lane's address may lie outside the buffer
-        # (padding reads A[-1] in a masked-off lane): no inbounds there.
-        inbounds = self.vec is None or self.vec.mask is None
+        # (padding reads A[-1] in a masked-off lane): no inbounds there; nor for
+        # a prefetch (``inbounds=False``), whose address may lie anywhere.
+        inbounds = inbounds and (self.vec is None or self.vec.mask is None)
         etype = LLTYPE[buf.dtype]
         chain = self.affine_chain(buf, indices)
         if chain is None:

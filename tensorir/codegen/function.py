@@ -10,7 +10,7 @@ from llvmlite import ir
 
 from tensorir.te.expr import (COMPARE_OPS, FLOAT_DTYPES, Binary, BinOp, Cast, Const, Select, Unary, UnOp,
                    Var)
-from tensorir.tir.ir import Allocate, For, ForKind, IfThenElse, Load, Scope, Seq, Store, is_simd_loop
+from tensorir.tir.ir import Allocate, For, ForKind, IfThenElse, Load, Prefetch, Scope, Seq, Store, is_simd_loop
 from tensorir.codegen.types import (ITEMSIZE, F32, FP_FLAGS, I1, I32, I64, LLTYPE, PTR, VOID, CodegenError,
                          is_scalar_const, splat, scoped, type_suffix)
 from tensorir.codegen.address import Addressing
@@ -163,6 +163,8 @@ class FunctionGen(Addressing, ParallelRegions, Safety):
             self.if_then_else(s)
         elif isinstance(s, Allocate):
             self.allocate(s)
+        elif isinstance(s, Prefetch):
+            self.prefetch(s)
         else:
             raise CodegenError(f"cannot generate code for statement {type(s).__name__}")
 
@@ -176,6 +178,27 @@ class FunctionGen(Addressing, ParallelRegions, Safety):
         value = self.expr(s.value)
         self.check_access(s.buffer, s.indices, "store")
         self.b.store(value, self.address(s.buffer, s.indices), align=ITEMSIZE[s.buffer.dtype])
+
+    def prefetch(self, s: Prefetch) -> None:
+        """``llvm.prefetch`` (read, data cache) of ``&buffer[indices]`` plus ``offset`` bytes.
+
+        A prefetch does not fault, so it is neither checked (checked builds) nor guarded, and its
+        address may lie outside the buffer: no ``inbounds`` on its pointer arithmetic.  Inside a
+        vectorized loop it prefetches the first lane's line.
+        """
+        if self.vec is not None:
+            vec, self.vec = self.vec, None
+            try:
+                with scoped(self.vars, vec.var, self.mod.i32(0)):
+                    self.prefetch(s)
+            finally:
+                self.vec = vec
+            return
+        ptr = self.address(s.buffer, s.indices, inbounds=False)
+        if s.offset:
+            ptr = self.b.gep(ptr, [ir.Constant(I64, s.offset)], source_etype=ir.IntType(8))
+        args = [ptr, ir.Constant(I32, 0), ir.Constant(I32, s.locality), ir.Constant(I32, 1)]
+        self.call_intrinsic("llvm.prefetch.p0", VOID, args)
 
     def loop(self, s: For) -> None:
         if s.extent <= 0:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from tensorir.te.expr import Var, children
-from tensorir.tir.ir import Allocate, For, IfThenElse, Load, Seq, Store, walk_stmts
+from tensorir.tir.ir import Allocate, For, IfThenElse, Load, Prefetch, Seq, Store, walk_stmts
 from tensorir.codegen.types import I32, PTR, VOID
 
 # Stores one thread-team start must cover.  A team start costs ~2-20 us; at
@@ -45,6 +45,9 @@ def free_names(stmt) -> tuple:
         if isinstance(s, Store):
             bufs.add(s.buffer)
             stack = [*s.indices, s.value]
+        elif isinstance(s, Prefetch):
+            bufs.add(s.buffer)
+            stack = list(s.indices)
         elif isinstance(s, IfThenElse):
             stack = [s.cond]
         while stack:

@@ -105,6 +105,23 @@ class Seq(Stmt):
 
 
 @dataclass(frozen=True, slots=True)
+class Prefetch(Stmt):
+    """A hint to bring the cache line holding the byte ``offset`` bytes past ``buffer[indices]``
+    into the data cache (``llvm.prefetch``, a read).
+
+    It never faults, so the address may lie anywhere: indices past the buffer's extents (they
+    are flattened row-major like a load's) or an offset past its end are allowed.  It is not a
+    memory access: code generation neither checks nor guards it, and analyses that decide
+    correctness (register promotion, bounds checks) ignore it.  ``locality`` is LLVM's: 3 keeps
+    the line in every level (``prefetcht0``), 0 in none (``prefetchnta``).
+    """
+    buffer: Buffer
+    indices: tuple
+    offset: int = 0          # bytes past buffer[indices]
+    locality: int = 3
+
+
+@dataclass(frozen=True, slots=True)
 class Allocate(Stmt):
     """``buffer`` (scope GLOBAL or LOCAL) exists for the duration of ``body``."""
     buffer: Buffer
@@ -177,6 +194,12 @@ def stmt_lines(s, indent: int = 0) -> list:
         return [f"{pad}{b.name} = alloc_{b.scope.value}({list(b.shape)}, {b.dtype})"] + stmt_lines(s.body, indent)
     if isinstance(s, Store):
         return [f"{pad}{s.buffer.name}[{', '.join(expr_str(i) for i in s.indices)}] = {expr_str(s.value)}"]
+    if isinstance(s, Prefetch):
+        where = f"{s.buffer.name}[{', '.join(expr_str(i) for i in s.indices)}]"
+        if s.offset:
+            where += f" + {s.offset} bytes"
+        tag = "" if s.locality == 3 else f", locality={s.locality}"
+        return [f"{pad}prefetch({where}{tag})"]
     return [f"{pad}{s!r}"]
 
 

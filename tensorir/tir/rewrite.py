@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from tensorir.te.expr import Binary as B, Cast, Expr, Select, Unary, Var
-from tensorir.tir.ir import Allocate, For, IfThenElse, Load, Seq, Store
+from tensorir.tir.ir import Allocate, For, IfThenElse, Load, Prefetch, Seq, Store
 from tensorir.te import Reduce, TensorRead
 
 
@@ -52,4 +52,6 @@ def rewrite_stmt(s, expr, store=None):
     if isinstance(s, Store):
         new = Store(s.buffer, tuple(expr(i) for i in s.indices), expr(s.value))
         return new if store is None else store(new)
+    if isinstance(s, Prefetch):
+        return Prefetch(s.buffer, tuple(expr(i) for i in s.indices), s.offset, s.locality)
     raise TypeError(f"not a loop-IR statement: {type(s).__name__}")

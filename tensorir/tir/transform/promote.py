@@ -31,7 +31,7 @@ from __future__ import annotations
 import itertools
 
 from tensorir.te.expr import Const, Var, children
-from tensorir.tir.ir import Allocate, Buffer, For, ForKind, IfThenElse, Load, PrimFunc, Scope, Seq, Store, seq
+from tensorir.tir.ir import Allocate, Buffer, For, ForKind, IfThenElse, Load, Prefetch, PrimFunc, Scope, Seq, Store, seq
 from tensorir.tir.rewrite import rewrite, rewrite_stmt
 
 
@@ -247,6 +247,8 @@ def repeated_tiles(body, skip=frozenset()) -> list:
                     accesses.setdefault(n.buffer, []).append((n.indices, enclosing))
                 stack.extend(children(n))
             return True
+        if isinstance(st, Prefetch):
+            return True   # a hint, not an access: it neither reads nor writes a tile
         return False      # branches, allocations: leave the body alone
 
     if not visit(body, ()):

@@ -14,7 +14,7 @@ import math
 from tensorir.te.expr import Binary, BinOp, Cast, Const, Expr, Select, Unary, UnOp, Var, const
 from tensorir.tir.analysis.affine import Affine, affine
 from tensorir.tir.analysis.bounds import Ranges, int_range, linear_range
-from tensorir.tir.ir import Allocate, For, IfThenElse, PrimFunc, Seq, Store
+from tensorir.tir.ir import Allocate, For, IfThenElse, Prefetch, PrimFunc, Seq, Store
 
 
 def simplify(e: Expr, ranges: Ranges | None = None) -> Expr:
@@ -216,7 +216,7 @@ def _fold_unary(op: UnOp, a: Const) -> Expr:
 # ------------------------------------------------------------------ the pass
 
 def simplify_func(func):
-    """The ``simplify`` pass: the indices and values of every load and store in ``func``
+    """The ``simplify`` pass: the indices and values of every load, store and prefetch in ``func``
     simplified with the ranges of the enclosing loops.
 
     Guard conditions are left as they are: ``loop_nest`` simplifies them where it places
@@ -249,6 +249,11 @@ class _StmtSimplifier:
             if value is s.value and all(a is b for a, b in zip(idx, s.indices)):
                 return s
             return Store(s.buffer, idx, value)
+        if isinstance(s, Prefetch):
+            idx = tuple(self.expr(i, simp) for i in s.indices)
+            if all(a is b for a, b in zip(idx, s.indices)):
+                return s
+            return Prefetch(s.buffer, idx, s.offset, s.locality)
         if isinstance(s, For):
             body = s.body
             if s.extent >= 1:

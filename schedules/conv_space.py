@@ -41,6 +41,7 @@ MAX_UNROLLED_FMAS = 256   # vector FMAs of the register tile times the unrolled 
 
 ORDERS = ("c|rs", "crs|", "|crs", "rsc|")     # reduce loops above | below the local tile's tile loops
 DW_ORDERS = ("|rs", "rs|", "r|s")
+QT_CHOICES = (1, 2, 3, 4, 5, 6, 7, 8, 12, 14, 16, 28)   # register-tile columns offered (and the heuristic's)
 
 
 @dataclass(frozen=True)
@@ -322,8 +323,10 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
     src.hint(f"{name}.pt", pt0)
     pt = src.choose(f"{name}.pt", [c for c in space.small_choices(info.P, (1, 2, 3, 4)) if c <= budget] or [1])
     src.hint(f"{name}.qt", qt0)
-    qt = src.choose(f"{name}.qt", [c for c in space.small_choices(info.Q, (1, 2, 3, 4, 5, 6, 7, 8, 12, 14, 16, 28))
-                                   if c * pt <= budget] or [1])
+    # the heuristic's width is offered too: a row of 17 or 23 columns is one register tile, where a
+    # listed width leaves a guarded edge tile (1x1 200->72 at 17x17: 16 + 1 columns ran at 0.5x of 17)
+    qt = src.choose(f"{name}.qt", sorted({c for c in space.small_choices(info.Q, QT_CHOICES) + [qt0]
+                                          if c * pt <= budget}) or [1])
     # the local tile: register tiles per output row (the row's reuse of one channel block's weights)
     q_tiles = -(-info.Q // qt)
     src.hint(f"{name}.q2", q_tiles if q_tiles * qt * pt * kb <= LOCAL_VALUES else 1)

@@ -101,6 +101,9 @@ LAYERS = {
         "c5x5_32@24": _conv(32, 24, 32, 5, 1, 2),
         "dw120s2@30": _dw(120, 30, 2),
         "c1x1_40-136@23": _conv(40, 23, 136, 1, 1, 0),
+        "c3x3_24-40@45": _conv(24, 45, 40, 3, 1, 1),
+        "c1x1_72-20@31": _conv(72, 31, 20, 1, 1, 0),
+        "dw72@25": _dw(72, 25, 1),
     },
     "pooling": {   # not convolutions: reported apart, no target
         "maxpool3x3s2@112": ("max_pool2d", dict(N=1, C=64, H=112, W=112, R=3, S=3, stride=2, pad=1)),

@@ -343,8 +343,13 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
     p2 = src.choose(f"{name}.p2", p_choices)
     src.hint(f"{name}.k2", 1)
     k2 = src.choose(f"{name}.k2", space.level_choices(max(1, -(-info.K // kb)), 8))
-    orders = DW_ORDERS if info.depthwise else ORDERS
-    order = src.choose(f"{name}.order", list(orders))
+    orders = list(DW_ORDERS if info.depthwise else ORDERS)
+    if not info.depthwise and info.R * info.S == 1 and task_weights <= LOCAL_VALUES:
+        # (the first choice is the heuristic start) a 1x1 whose task's weights fit L1 keeps them there
+        # across its tiles anyway: sweeping the local per channel block saves no weight traffic, and
+        # the whole reduction inside the register tile saves reloading the accumulators per block
+        orders.insert(0, orders.pop(orders.index("|crs")))
+    order = src.choose(f"{name}.order", orders)
 
     # layouts: data NCHW[cb]c (padding inlined into the pack), weights OIHW[cb]i[kb]o
     packs, w_pack = [], None

@@ -102,6 +102,21 @@ def test_the_start_takes_the_heuristic_row_width_even_off_the_listed_widths(C, K
     _run(space, "conv2d", params, FixedDecisions(d))
 
 
+@pytest.mark.parametrize("C,K,H,R,order", [
+    (144, 32, 28, 1, "|crs"),    # 1x1, the task's weights (32 x 144) in L1: the whole reduction in the tile
+    (72, 20, 31, 1, "|crs"),
+    (576, 96, 14, 1, "c|rs"),    # 1x1, 32 x 576 weights per task: one channel block's in L1 while the tile sweeps
+    (16, 32, 20, 3, "c|rs"),     # a window: the local's sweep reuses the block's weights over the taps
+])
+def test_a_1x1_whose_weights_fit_l1_starts_with_the_reduction_inside_the_tile(C, K, H, R, order):
+    params = dict(N=1, C=C, H=H, W=H, K=K, R=R, S=R, stride=1, pad=R // 2, dilation=1)
+    space = GeneratedSpace(get_workload("conv2d").make(**params), AVX512)
+    d = space.default_decisions()
+    assert d["Y.order"] == order
+    if H < 30:
+        _run(space, "conv2d", params, FixedDecisions(d))
+
+
 @pytest.mark.parametrize("C,K,H,R,stride,rows", [
     (512, 512, 7, 3, 1, 7),      # 9 MiB of weights for 49 positions: one local tile over the plane
     (256, 512, 14, 3, 2, 7),

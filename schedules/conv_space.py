@@ -344,10 +344,11 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
     src.hint(f"{name}.k2", 1)
     k2 = src.choose(f"{name}.k2", space.level_choices(max(1, -(-info.K // kb)), 8))
     orders = list(DW_ORDERS if info.depthwise else ORDERS)
-    if not info.depthwise and info.R * info.S == 1 and task_weights <= LOCAL_VALUES:
+    if not info.depthwise and info.R * info.S == 1 and task_weights <= LOCAL_VALUES and q2 * p2 > 1:
         # (the first choice is the heuristic start) a 1x1 whose task's weights fit L1 keeps them there
-        # across its tiles anyway: sweeping the local per channel block saves no weight traffic, and
-        # the whole reduction inside the register tile saves reloading the accumulators per block
+        # across its tiles anyway: sweeping a local of several register tiles per channel block saves
+        # no weight traffic, and the whole reduction inside the register tile saves reloading the
+        # accumulators per block (docs/decisions/029)
         orders.insert(0, orders.pop(orders.index("|crs")))
     order = src.choose(f"{name}.order", orders)
 

@@ -23,8 +23,9 @@ data or its zero-padding stage, ``W`` the weights) or, depthwise, of ``D[n, c, p
 The heuristic start fills the vector registers (accumulators + weight vectors + one broadcast) with
 the tile that wastes least on the edges of this shape, and where a task's weights pass L1 grows the
 local tile over more output rows (the whole plane of a 7x7 or 14x14 layer), so each channel block's
-weights are read once per local tile instead of once per row.  Why these defaults:
-docs/decisions/023-convolution-rule.md
+weights are read once per local tile instead of once per row; a 1x1 whose task's weights fit L1
+keeps its whole reduction inside the register tile.  Why these defaults:
+docs/decisions/023-convolution-rule.md and 029-conv-start-odd-widths-and-small-1x1.md
 """
 from __future__ import annotations
 

@@ -23,8 +23,9 @@ data or its zero-padding stage, ``W`` the weights) or, depthwise, of ``D[n, c, p
 The heuristic start fills the vector registers (accumulators + weight vectors + one broadcast) with
 the tile that wastes least on the edges of this shape, and where a task's weights pass L1 grows the
 local tile over more output rows (the whole plane of a 7x7 or 14x14 layer), so each channel block's
-weights are read once per local tile instead of once per row.  Why these defaults:
-docs/decisions/023-convolution-rule.md
+weights are read once per local tile instead of once per row; a 1x1 whose task's weights fit L1
+keeps its whole reduction inside the register tile.  Why these defaults:
+docs/decisions/023-convolution-rule.md and 029-conv-start-odd-widths-and-small-1x1.md
 """
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ MAX_UNROLLED_FMAS = 256   # vector FMAs of the register tile times the unrolled 
 
 ORDERS = ("c|rs", "crs|", "|crs", "rsc|")     # reduce loops above | below the local tile's tile loops
 DW_ORDERS = ("|rs", "rs|", "r|s")
+QT_CHOICES = (1, 2, 3, 4, 5, 6, 7, 8, 12, 14, 16, 28)   # register-tile columns offered (and the heuristic's)
 
 
 @dataclass(frozen=True)
@@ -322,8 +324,10 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
     src.hint(f"{name}.pt", pt0)
     pt = src.choose(f"{name}.pt", [c for c in space.small_choices(info.P, (1, 2, 3, 4)) if c <= budget] or [1])
     src.hint(f"{name}.qt", qt0)
-    qt = src.choose(f"{name}.qt", [c for c in space.small_choices(info.Q, (1, 2, 3, 4, 5, 6, 7, 8, 12, 14, 16, 28))
-                                   if c * pt <= budget] or [1])
+    # the heuristic's width is offered too: a row of 17 or 23 columns is one register tile, where a
+    # listed width leaves a guarded edge tile (1x1 200->72 at 17x17: 16 + 1 columns ran at 0.5x of 17)
+    qt = src.choose(f"{name}.qt", sorted({c for c in space.small_choices(info.Q, QT_CHOICES) + [qt0]
+                                          if c * pt <= budget}) or [1])
     # the local tile: register tiles per output row (the row's reuse of one channel block's weights)
     q_tiles = -(-info.Q // qt)
     src.hint(f"{name}.q2", q_tiles if q_tiles * qt * pt * kb <= LOCAL_VALUES else 1)
@@ -340,8 +344,14 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
     p2 = src.choose(f"{name}.p2", p_choices)
     src.hint(f"{name}.k2", 1)
     k2 = src.choose(f"{name}.k2", space.level_choices(max(1, -(-info.K // kb)), 8))
-    orders = DW_ORDERS if info.depthwise else ORDERS
-    order = src.choose(f"{name}.order", list(orders))
+    orders = list(DW_ORDERS if info.depthwise else ORDERS)
+    if not info.depthwise and info.R * info.S == 1 and task_weights <= LOCAL_VALUES and q2 * p2 > 1:
+        # (the first choice is the heuristic start) a 1x1 whose task's weights fit L1 keeps them there
+        # across its tiles anyway: sweeping a local of several register tiles per channel block saves
+        # no weight traffic, and the whole reduction inside the register tile saves reloading the
+        # accumulators per block (docs/decisions/029)
+        orders.insert(0, orders.pop(orders.index("|crs")))
+    order = src.choose(f"{name}.order", orders)
 
     # layouts: data NCHW[cb]c (padding inlined into the pack), weights OIHW[cb]i[kb]o
     packs, w_pack = [], None

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from schedules import Schedule
-from schedules.conv_space import LOCAL_VALUES, find_convs, heuristic_tile, lane_choices, local_rows
+from schedules.conv_space import LOCAL_VALUES, QT_CHOICES, find_convs, heuristic_tile, lane_choices, local_rows
 from schedules.space import FixedDecisions, GeneratedSpace, RandomDecisions, SpaceOptions
 from tensorir import te
 from tensorir.ops import library as ops
@@ -89,6 +89,32 @@ def test_the_heuristic_tile_fills_the_registers_and_fits_the_row():
     # one weight vector: the broadcast is the FMA's memory operand, no register of its own
     (info,) = find_convs(GeneratedSpace(ops.conv2d(1, 16, 8, 31, 16, 1, 1), AVX512).base.stage_graph()).values()
     assert heuristic_tile(info, 16, 32) == (16, 31, 1)
+
+
+@pytest.mark.parametrize("C,K,H,R,stride", [(20, 16, 17, 1, 1), (12, 16, 23, 1, 1), (24, 16, 37, 3, 2)])
+def test_the_start_takes_the_heuristic_row_width_even_off_the_listed_widths(C, K, H, R, stride):
+    # 17, 23 and 19 columns are none of QT_CHOICES: the row is one register tile, not 16 + a guarded edge
+    params = dict(N=1, C=C, H=H, W=H, K=K, R=R, S=R, stride=stride, pad=R // 2, dilation=1)
+    space = GeneratedSpace(get_workload("conv2d").make(**params), AVX512)
+    (info,) = find_convs(space.base.stage_graph()).values()
+    d = space.default_decisions()
+    assert d["Y.qt"] == heuristic_tile(info, 16, 32)[1] == info.Q and info.Q not in QT_CHOICES
+    _run(space, "conv2d", params, FixedDecisions(d))
+
+
+@pytest.mark.parametrize("C,K,H,R,order", [
+    (144, 32, 28, 1, "|crs"),    # 1x1, the task's weights (32 x 144) in L1: the whole reduction in the tile
+    (72, 20, 31, 1, "|crs"),
+    (576, 96, 14, 1, "c|rs"),    # 1x1, 32 x 576 weights per task: one channel block's in L1 while the tile sweeps
+    (16, 32, 20, 3, "c|rs"),     # a window: the local's sweep reuses the block's weights over the taps
+])
+def test_a_1x1_whose_weights_fit_l1_starts_with_the_reduction_inside_the_tile(C, K, H, R, order):
+    params = dict(N=1, C=C, H=H, W=H, K=K, R=R, S=R, stride=1, pad=R // 2, dilation=1)
+    space = GeneratedSpace(get_workload("conv2d").make(**params), AVX512)
+    d = space.default_decisions()
+    assert d["Y.order"] == order
+    if H < 30:
+        _run(space, "conv2d", params, FixedDecisions(d))
 
 
 @pytest.mark.parametrize("C,K,H,R,stride,rows", [

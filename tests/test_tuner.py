@@ -669,6 +669,26 @@ def test_fastest_schedules_are_confirmed_side_by_side_at_the_end(tmp_path, monke
     assert (3, False) in calls
 
 
+def test_the_heuristic_start_is_re_timed_with_the_finalists(tmp_path, monkeypatch):
+    """A start measured slow while tuning (a noisy core) is still re-timed at the end, and wins there."""
+    from schedules.space import GeneratedSpace
+    from tuner.measure import MeasureResult, Measurer
+    spec = WorkloadSpec.parse("matmul", ["M=64", "N=48", "K=32"])
+    start = Tuner(spec, small_config(1)).candidates.prepare(None, GeneratedSpace(spec.tensors()).default_decisions()).func
+    retimed = []
+
+    def fake_measure(self, candidates, before_timing=None, screen=True):
+        if not screen:
+            retimed.append(start in candidates)
+        slow, fast = (1.0, 1e-3) if screen else (1e-9, 1e-3)
+        return [MeasureResult(costs=[slow if f == start else fast] * 3, func=f) for f in candidates]
+
+    monkeypatch.setattr(Measurer, "measure", fake_measure)
+    res = Tuner(spec, small_config(12, finalists=3, final_rounds=2), log=TuningLog(tmp_path / "l")).run()
+    assert retimed == [True, True]
+    assert res.best.confirmed and res.best.decisions == GeneratedSpace(spec.tensors()).default_decisions()
+
+
 @pytest.mark.parametrize("default_wins", [True, False])
 def test_default_schedule_is_a_contender_never_a_trial(tmp_path, monkeypatch, default_wins):
     """The default schedule is measured once beside round 2: it wins where nothing tuned beats it;

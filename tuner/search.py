@@ -222,6 +222,13 @@ class Tuner:
                 study.enqueue_trial(heuristic, skip_if_exists=True)
         return study
 
+    def _start_decisions(self) -> dict | None:
+        """The space's heuristic start (the first trial of a fresh run), None if the space cannot give one."""
+        try:
+            return self.space.default_decisions()
+        except Exception:  # noqa: BLE001 - as in _study: a space bug must not sink the run
+            return None
+
     def _as_params(self, decisions: dict) -> dict:
         """Decision values -> the integer indices Optuna samples."""
         src = FixedDecisions(decisions)
@@ -534,9 +541,16 @@ class Tuner:
         """
         cfg = self.config
         top = [c for _, c in contenders]
-        if best is not None and all(decision_key(best.decisions) != decision_key(c.decisions) for c in top):
-            earlier = self.candidates.prepare(None, best.decisions)     # the log's best: re-timed on equal terms
-            if earlier.func is not None and earlier.decisions == best.decisions:
+        again = [best.decisions] if best is not None else []     # the log's best: re-timed on equal terms
+        if cfg.seed_heuristic and top and not self._resumed:
+            # and the heuristic start: a noisy measurement while tuning (1 thread on a shared machine:
+            # the same schedule 25-160 GFLOP/s) must not let a slower pick replace it unconfirmed
+            again.append(self._start_decisions())
+        for decisions in again:
+            if decisions is None or any(decision_key(decisions) == decision_key(c.decisions) for c in top):
+                continue
+            earlier = self.candidates.prepare(None, decisions)
+            if earlier.func is not None and earlier.decisions == decisions:
                 top.append(earlier)
         if len(top) < 2:
             return []

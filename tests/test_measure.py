@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import textwrap
 import time
 
@@ -337,3 +338,13 @@ def test_side_by_side_returns_medians():
     for entry in res.values():
         assert len(entry["all"]) == 4 and entry["median"] > 0 and entry["number"] >= 1
     assert res["noop"]["median"] < res["sum"]["median"]
+
+
+def test_the_tuning_process_keeps_off_the_runners_cores():
+    spec = WorkloadSpec.parse("dense", ["batch=8", "out_features=16", "in_features=8"])
+    before = os.sched_getaffinity(0)
+    with Measurer(spec, MeasureConfig(threads=1, repeat=2, min_repeat_ms=2, builders=1)) as m:
+        inside = os.sched_getaffinity(0)
+        assert m.baseline_default().ok
+    expected = set(sorted(before)[1:]) if m.overlap else before
+    assert inside == expected and os.sched_getaffinity(0) == before

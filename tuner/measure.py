@@ -226,6 +226,22 @@ def allocated_bytes(func: PrimFunc) -> int:
     return sum(s.buffer.nbytes for s in walk_stmts(func.body) if isinstance(s, Allocate))
 
 
+def _pin_threads(cpus) -> bool:
+    """Run every thread of this process on ``cpus``; False where the OS does not allow it."""
+    try:
+        tids = [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:
+        tids = [0]
+    done = False
+    for tid in tids:
+        try:
+            os.sched_setaffinity(tid, cpus)
+            done = True
+        except OSError:     # (a thread that ended meanwhile, or a sandbox that forbids it)
+            pass
+    return done
+
+
 class Measurer:
     """Measures candidates of one workload in long-lived worker processes.
 
@@ -250,6 +266,7 @@ class Measurer:
         self.overlap = self.threads < len(cpus)
         runner_cpus = cpus[:self.threads] if self.overlap else None
         builder_cpus = cpus[self.threads:] if self.overlap else None
+        self._cpus, self._builder_cpus, self._pinned = cpus, builder_cpus, False
         n_builders = self.config.builders or (len(builder_cpus) if self.overlap else len(cpus))
         self.target = host_target(self.threads)
         limit = self.config.memory_limit_mb
@@ -283,6 +300,10 @@ class Measurer:
         self._runner = W.WorkerProcess("runner", self._runner_init)
         self._runner.start()
         self._started = True
+        if self._builder_cpus:
+            # this process (asking, training the cost model) keeps off the cores that time kernels:
+            # left free, the scheduler put it on the runner's core in about 1 sample in 8
+            self._pinned = _pin_threads(self._builder_cpus)
         try:
             self._runner.wait_ready()
         except BaseException:
@@ -300,6 +321,9 @@ class Measurer:
         for w in self._builders + ([self._runner] if self._runner else []):
             w.stop()
         self._started = False
+        if self._pinned:
+            _pin_threads(self._cpus)
+            self._pinned = False
 
     def __enter__(self) -> "Measurer":
         return self.start()

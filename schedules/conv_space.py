@@ -35,6 +35,7 @@ from schedules.lowering.checks import MAX_VECTOR_LANES
 from tensorir.te import AxisKind, Reduce, TensorRead
 from tensorir.te.expr import Binary, BinOp, Const, Var
 
+from .prefetch import PANEL_DISTANCE, prefetch_decision
 from .tiling import fuse_parallel, split_all
 
 LOCAL_VALUES = 8192       # accumulators of one local tile (32 KiB of fp32, in L1 beside a weight block)
@@ -43,6 +44,7 @@ MAX_UNROLLED_FMAS = 256   # vector FMAs of the register tile times the unrolled 
 ORDERS = ("c|rs", "crs|", "|crs", "rsc|")     # reduce loops above | below the local tile's tile loops
 DW_ORDERS = ("|rs", "rs|", "r|s")
 QT_CHOICES = (1, 2, 3, 4, 5, 6, 7, 8, 12, 14, 16, 28)   # register-tile columns offered (and the heuristic's)
+CONV_PREFETCH = PANEL_DISTANCE   # bytes ahead the start prefetches a packed weight block (0: none)
 
 
 @dataclass(frozen=True)
@@ -472,6 +474,11 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
     for lp in tile[:-1]:
         if s.extent(lp) > 1:
             s = s.unroll(lp)
+    if w_pack is not None and below:
+        # the weight block streams through the innermost reduction loop, cold in a model (the other
+        # layers' weights evicted it): prefetched ahead as a product's panel is (decision 028; the
+        # start's distance: docs/decisions/032-conv-weight-prefetch.md)
+        s = prefetch_decision(src, f"{name}.prefetch_{info.weights}", s, w_pack, below[-1], CONV_PREFETCH)
     fmas = pt * qt * m
     if below:
         last = below[-1]

@@ -265,3 +265,15 @@ def test_weights_packed_per_task_are_copied_one_vector_chunk_at_a_time():
     loops = s.loops("Wt_pack")
     assert loops[-6:-1] == ["Wt_pack.d0.i.0", "Wt_pack.d1.o", "Wt_pack.d1.i", "Wt_pack.d2", "Wt_pack.d3"]
     _run(s, "conv2d", dict(N=1, C=32, H=7, W=7, K=128, R=3, S=3, stride=1, pad=1, dilation=1))
+
+
+@pytest.mark.parametrize("distance", [0, 1024, 8192])
+def test_the_weight_block_is_prefetched_as_decided(distance):
+    workload, params = "conv2d", dict(N=1, C=36, H=13, W=13, K=40, R=3, S=3, stride=2, pad=1, dilation=1)
+    space = GeneratedSpace(get_workload(workload).make(**params), AVX512)
+    start = space.default_decisions()
+    name = next(k for k in start if ".prefetch_" in k)
+    assert start[name] == 4096          # the start prefetches (docs/decisions/032-conv-weight-prefetch.md)
+    s = space.apply(FixedDecisions({**start, name: distance}))
+    assert ("prefetch(" in str(s.lower())) == (distance > 0)
+    _run(s, workload, params)

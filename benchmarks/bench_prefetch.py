@@ -7,7 +7,7 @@ Each shape ``MxKxN`` is ``dense`` (``max(X @ W.T + bias, 0)``, a Gemm + Relu of 
 weights constant: packed once outside the timing, as a model build packs them (``tuner.prepack``).
 Variants: the generated space's heuristic start with the prefetch decision at every distance it
 offers (0: no prefetch); ``*`` marks the heuristic's own pick. Two conditions: ``cold``, the
-packed weights and the bias flushed from every cache level (``clflush``) before every call, as a
+packed weights and the bias evicted from every cache level (``tensorir.runtime.cacheflush``) before every call, as a
 model runs a kernel after the other kernels' weights have evicted its own; ``warm``, no flush.
 Only the call is timed. Side by side in this process: in every round each variant runs ``calls``
 timed calls in a row (cold, then warm), variants in turn (the order reversed every other round),
@@ -16,21 +16,16 @@ a pause at every switch; the figure is the median over every timed call.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import statistics
 import sys
 import time
 
-import llvmlite.binding as llvm
-import numpy as np
+from bench_small_rows import built
 
 import schedules.prefetch as prefetch_module
-from schedules.decisions import FixedDecisions
 from schedules.prefetch import PREFETCH_BYTES
 from schedules.space import GeneratedSpace
-from tensorir.runtime import build, jit
-from tensorir.runtime import llvm as tl
-from tuner.prepack import packed_arrays, prepack
+from tensorir.runtime.cacheflush import evict
 from tuner.spec import WorkloadSpec
 from tuner.target import host_target
 
@@ -38,43 +33,6 @@ from tuner.target import host_target
 # whose weights fit in a core's L2)
 SHAPES = "32x1024x2048,32x2048x2048,32x2048x1000,128x768x3072,128x3072x768,1x4096x4096,96x2304x700,48x640x600"
 GAP_S = 0.05     # kernels of one thread team: a short pause lets its threads go idle
-
-_CLFLUSH = r'''
-declare void @llvm.x86.sse2.clflush(ptr)
-declare void @llvm.x86.sse2.mfence()
-define void @tt_clflush(ptr %p, i64 %n) {
-entry:
-  %c0 = icmp sgt i64 %n, 0
-  br i1 %c0, label %loop, label %exit
-loop:
-  %i = phi i64 [0, %entry], [%next, %loop]
-  %q = getelementptr i8, ptr %p, i64 %i
-  call void @llvm.x86.sse2.clflush(ptr %q)
-  %next = add i64 %i, 64
-  %c = icmp slt i64 %next, %n
-  br i1 %c, label %loop, label %exit
-exit:
-  call void @llvm.x86.sse2.mfence()
-  ret void
-}
-'''
-
-
-def flusher():
-    """``flush(arrays)``: every cache line of the arrays evicted from every level (clflush + mfence)."""
-    tl.initialize()
-    mod = llvm.parse_assembly(_CLFLUSH)
-    tl.prepare_module(mod)
-    keep, addr = jit.jit_link(tl.emit_object(mod), "tt_clflush")
-    fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)(addr)
-
-    def flush(arrays):
-        for a in arrays:
-            start = a.ctypes.data & ~63
-            fn(start, a.ctypes.data + a.nbytes - start)
-    flush.keep = keep
-    return flush
-
 
 def prefetch_decision_name(decisions: dict) -> str:
     names = [n for n in decisions if ".prefetch_" in n]
@@ -86,23 +44,13 @@ def prefetch_decision_name(decisions: dict) -> str:
 def kernel(spec: WorkloadSpec, decisions: dict, inputs: list, threads: int, choices: list):
     """(bound kernel, the constant arrays it reads: packed weights and bias); ``choices``: the
     prefetch distances to offer (the space's, or others to explore)."""
-    tensors = spec.tensors()
     saved = list(prefetch_module.PREFETCH_BYTES)
     prefetch_module.PREFETCH_BYTES[:] = sorted(set(saved) | set(choices))
     try:
-        sch = GeneratedSpace(tensors).apply(FixedDecisions(decisions))
+        call, packed = built(spec, decisions, inputs, threads)
     finally:
         prefetch_module.PREFETCH_BYTES[:] = saved
-    pre = prepack(tensors, sch, {1})
-    packed = packed_arrays(pre, inputs)
-    k = build(pre.schedule.lower())
-    k.threads = threads
-    outs = spec.empty_outputs()
-    k(*inputs, *packed, *outs)
-    want = np.maximum(inputs[0] @ inputs[1].T + inputs[2], 0)
-    if not np.allclose(outs[0], want, rtol=1e-3, atol=1e-3 * np.sqrt(inputs[0].shape[1])):
-        raise SystemExit(f"bench_prefetch: {spec.label}: wrong result with {decisions}")
-    return k.bind(*inputs, *packed, *outs), packed + [inputs[2]]
+    return call, packed + [inputs[2]]
 
 
 def compare(fns: dict, flush, rounds: int, calls: int, clock=time.perf_counter) -> dict:
@@ -138,7 +86,7 @@ def main(argv=None) -> int:
     if args.clock == "cpu" and args.threads != "1":
         ap.error("--clock cpu measures 1-thread runs only (the waiting threads of a team spin on CPU time)")
     clock = time.perf_counter if args.clock == "wall" else time.process_time
-    flush = flusher()
+    flush = evict
     every = [int(d) for d in args.distances.split(",")]
     dists = [d for d in every if d]
     every = [0] + dists

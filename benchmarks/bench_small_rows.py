@@ -45,7 +45,8 @@ def ort_gemm_relu(w: np.ndarray, b: np.ndarray, m: int, threads: int):
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
-def kernel(spec: WorkloadSpec, decisions: dict, inputs: list, threads: int):
+def built(spec: WorkloadSpec, decisions: dict, inputs: list, threads: int) -> tuple:
+    """(the bound kernel of ``decisions``, checked against numpy once, and the packed constants it reads)."""
     tensors = spec.tensors()
     sch = GeneratedSpace(tensors).apply(FixedDecisions(decisions))
     pre = prepack(tensors, sch, {1})
@@ -56,8 +57,12 @@ def kernel(spec: WorkloadSpec, decisions: dict, inputs: list, threads: int):
     k(*inputs, *packed, *outs)
     want = np.maximum(inputs[0] @ inputs[1].T + inputs[2], 0)
     if not np.allclose(outs[0], want, rtol=1e-3, atol=1e-3 * np.sqrt(inputs[0].shape[1])):
-        raise SystemExit(f"bench_small_rows: {spec.label}: wrong result")
-    return k.bind(*inputs, *packed, *outs)
+        raise SystemExit(f"{spec.label}: wrong result with {decisions}")
+    return k.bind(*inputs, *packed, *outs), packed
+
+
+def kernel(spec: WorkloadSpec, decisions: dict, inputs: list, threads: int):
+    return built(spec, decisions, inputs, threads)[0]
 
 
 def unblocked_decisions(tensors) -> dict:

@@ -316,7 +316,8 @@ class _Runner:
             return self.inputs + extra + self.outputs
         if mode == "constants":
             # a constant the kernel reads only through its packed copy is not evicted: it stays cold
-            return [self.inputs[i] for i in self.constants if i not in set(packed_inputs)] + extra
+            packed = set(packed_inputs)
+            return [self.inputs[i] for i in self.constants if i not in packed] + extra
         return []
 
     def _measure(self, cfunc, args, budget: float, t_start: float, cutoff: float | None = None,

@@ -21,7 +21,7 @@ from schedules.errors import ScheduleError
 from tensorir.te.evaluate import evaluate
 from tensorir.te.expr import Var, const
 from tensorir.tir.ir import Allocate, Buffer, For, ForKind, Load, PrimFunc, Scope, Store, seq
-from tuner.compare import side_by_side
+from tuner.compare import paired_speedup, side_by_side
 from tuner.measure import MeasureConfig, MeasureResult, Measurer
 from tuner.spec import SpecError, WorkloadSpec
 
@@ -337,7 +337,15 @@ def test_side_by_side_returns_medians():
     assert set(res) == {"sum", "noop"}
     for entry in res.values():
         assert len(entry["all"]) == 4 and entry["median"] > 0 and entry["number"] >= 1
+        assert len(entry["rounds"]) == 2 and min(entry["all"]) <= min(entry["rounds"])
     assert res["noop"]["median"] < res["sum"]["median"]
+
+
+def test_paired_speedup_is_the_median_of_per_round_ratios():
+    # per-round ratios 2, 2, 3 (round 2 slowed both sides)
+    res = {"ours": {"rounds": [1.0, 2.0, 1.0]}, "ref": {"rounds": [2.0, 4.0, 3.0]}}
+    assert paired_speedup(res, "ours", "ref") == 2.0
+    assert paired_speedup(res, "ref", "ours") == 0.5
 
 
 def test_the_tuning_process_keeps_off_the_runners_cores():

@@ -34,7 +34,8 @@ def add_parser(sub) -> None:
     p.add_argument("--shape", action="append", default=[], metavar="NAME=DIMS",
                    help="pin an input's shape, e.g. x=1x3x224x224 (repeatable)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--rounds", type=int, default=5, help="alternating rounds of the final timing (default 5)")
+    p.add_argument("--rounds", type=int, default=15,
+                   help="alternating rounds of the final timing (default 15)")
     p.add_argument("--json", action="store_true", help="print one JSON object with the results")
     p.add_argument("--quiet", action="store_true", help="no task table while tuning")
     p.add_argument("--storage", help="Optuna storage URL; a shared one (postgresql://...) lets workers join "

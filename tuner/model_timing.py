@@ -8,7 +8,21 @@ import contextlib
 
 import numpy as np
 
-from .compare import limit_threads, side_by_side
+from .compare import limit_threads, paired_speedup, side_by_side
+
+ROUNDS = 15
+"""Alternating rounds of a model timing, one repeat of at least 200 ms per side and round: many short
+rounds rather than a few long ones, so the per-round ratios (:func:`tuner.compare.paired_speedup`)
+see the host's slow spells on both sides."""
+
+
+class Timings(dict):
+    """Name -> median seconds per call, and ``speedup``: name -> how many times faster than
+    onnxruntime it ran, the median of per-round ratios (empty without onnxruntime)."""
+
+    def __init__(self, medians: dict, speedup: dict):
+        super().__init__(medians)
+        self.speedup = speedup
 
 
 def random_feeds(graph, seed: int = 0) -> dict:
@@ -47,17 +61,19 @@ def ort_session(model, threads: int | None):
         return None, f"onnxruntime cannot run the model: {str(err).splitlines()[0][:200]}"
 
 
-def time_models(models: dict, feeds: dict, threads: int | None = None, ort=None, rounds: int = 5,
-                min_repeat_ms: float = 200.0) -> dict:
+def time_models(models: dict, feeds: dict, threads: int | None = None, ort=None, rounds: int = ROUNDS,
+                min_repeat_ms: float = 200.0) -> Timings:
     """Median seconds per call of each compiled model in ``models`` (name -> CompiledModel), and of
-    the onnxruntime session ``ort`` as ``"onnxruntime"``, alternating rounds with a pause at every switch."""
+    the onnxruntime session ``ort`` as ``"onnxruntime"``, alternating rounds with a pause at every
+    switch; with onnxruntime also each model's paired speed-up over it (:class:`Timings`)."""
     fns = {name: (lambda m=m: m.run(feeds)) for name, m in models.items()}
     if ort is not None:
         ort_feeds = {k: v for k, v in feeds.items()}
         fns["onnxruntime"] = lambda: ort.run(None, ort_feeds)
     with limit_threads(threads) if threads else contextlib.nullcontext():
-        res = side_by_side(fns, rounds=rounds, min_repeat_ms=min_repeat_ms, repeats_per_round=3)
-    return {name: r["median"] for name, r in res.items()}
+        res = side_by_side(fns, rounds=rounds, min_repeat_ms=min_repeat_ms, repeats_per_round=1)
+    speedup = {name: paired_speedup(res, name, "onnxruntime") for name in models} if ort is not None else {}
+    return Timings({name: r["median"] for name, r in res.items()}, speedup)
 
 
 

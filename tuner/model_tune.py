@@ -31,7 +31,7 @@ class ModelTuneOptions:
     timeout_s: float | None = None
     strategy: str = "gradient"
     seed: int = 0
-    rounds: int = 5                   # alternating rounds of the final timing
+    rounds: int = 15                  # alternating rounds of the final timing (model_timing.ROUNDS)
     progress: bool = True             # the task table on stderr after every round
     storage: str | None = None        # Optuna storage; a shared one (postgresql://) lets workers join
     workers: int = 0                  # with a shared storage: local worker processes (0: this one measures)
@@ -103,7 +103,7 @@ def tune_model(graph, model_path: str | None, options: ModelTuneOptions, say=Non
             "history": [[n, round(s, 2), lat] for n, s, lat in result.history] if result else [],
             "estimated_latency_s": estimated, "latency_s": times["tuned"], "untuned_latency_s": times["untuned"],
             "onnxruntime_latency_s": times.get("onnxruntime"),
-            "speedup_vs_onnxruntime": times["onnxruntime"] / times["tuned"] if "onnxruntime" in times else None,
+            "speedup_vs_onnxruntime": times.speedup.get("tuned"),
             "onnxruntime_note": ort_why, "outputs_match_untuned": problem is None, "mismatch": problem,
             "max_relative_error_vs_onnxruntime": ort_error,
             "stop_reason": result.stop_reason if result else "no task needs tuning", "log": log_path,

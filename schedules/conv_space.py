@@ -474,11 +474,13 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
     for lp in tile[:-1]:
         if s.extent(lp) > 1:
             s = s.unroll(lp)
-    if w_pack is not None and below:
+    # the built-in blocked form takes its weights packed already (a model's constants, packed once)
+    w_stream = w_pack if w_pack is not None else info.weights if info.blocked else None
+    if w_stream is not None and below:
         # the weight block streams through the innermost reduction loop, cold in a model (the other
         # layers' weights evicted it): prefetched ahead as a product's panel is (decision 028; the
         # start's distance: docs/decisions/032-conv-weight-prefetch.md)
-        s = prefetch_decision(src, f"{name}.prefetch_{info.weights}", s, w_pack, below[-1], CONV_PREFETCH)
+        s = prefetch_decision(src, f"{name}.prefetch_{info.weights}", s, w_stream, below[-1], CONV_PREFETCH)
     fmas = pt * qt * m
     if below:
         last = below[-1]

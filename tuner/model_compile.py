@@ -14,7 +14,7 @@ import numpy as np
 
 from graph.fusion import fuse
 from graph.ir import Graph
-from graph.lower import lower_group, plan_layouts, storage_dtype, to_storage
+from graph.lower import choose_blocked, lower_group, plan_layouts, storage_dtype, to_storage
 from graph.lower.core import storage_shape
 from graph.runtime import Buffer, CompiledModel, Step
 from tensorir.te.evaluate import evaluate
@@ -43,16 +43,18 @@ class Plan:
     layouts: dict          # value -> layout of values not stored row-major
 
 
-def plan_graph(graph: Graph, passes: bool = True, layouts: bool = False) -> Plan:
-    """Passes (if ``passes``), fusion, layouts (conv outputs channels-innermost, if ``layouts``) and
-    lowering of every group (LoweringError on an unsupported op)."""
+def plan_graph(graph: Graph, passes: bool = True, layouts: bool = False, blocked: bool = True) -> Plan:
+    """Passes (if ``passes``), fusion, layouts (conv outputs channels-innermost if ``layouts``, else
+    blocked between convolutions if ``blocked``) and lowering of every group (LoweringError on an
+    unsupported op)."""
     t0 = time.perf_counter()
     if passes:
         graph = run_passes(graph)
     groups = fuse(graph)
-    chosen = {}
     if layouts:
         graph, groups, chosen = plan_layouts(graph, groups)
+    else:
+        chosen = choose_blocked(graph, groups) if blocked else {}
     lowered = [lower_group(graph, g, chosen) for g in groups]
     return Plan(graph, groups, lowered, time.perf_counter() - t0, chosen)
 

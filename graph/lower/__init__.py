@@ -7,13 +7,13 @@ Conv with groups and asymmetric pads), ``nn`` (pools, Softmax, LayerNormalizatio
 rounding, Sign, Max/Min/PRelu, comparisons, logic, LogSoftmax, CumSum, Pad, Tile,
 ReduceMin/Prod/L1/L2/SumSquare, ArgMax/ArgMin, LRN), ``deconv`` (ConvTranspose),
 ``group`` (a fused group -> one workload with a structural key), ``layout`` (which values are
-stored channels-innermost).
+stored in a blocked layout between convolutions, or channels-innermost).
 """
 from graph.lower.core import LoweringError, storage_dtype, to_storage, from_storage  # noqa: F401
 from graph.lower.elementwise import LOWERINGS  # noqa: F401
 from graph.lower import deconv, extra, linalg, nn, shape  # noqa: F401  (registration)
 from graph.lower.group import LoweredGroup, evaluate_group, lower_group, lower_node  # noqa: F401
-from graph.lower.layout import NHWC, choose_layouts, plan_layouts  # noqa: F401
+from graph.lower.layout import NHWC, choose_blocked, choose_layouts, plan_layouts  # noqa: F401
 
 
 def supported_ops() -> tuple:

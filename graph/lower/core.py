@@ -20,9 +20,21 @@ from tensorir import te
 from tensorir.te.expr import Binary, BinOp, Const
 
 NHWC = "nhwc"
-"""The one non-default layout: a rank-4 value (N, C, H, W) stored as (N, H*W, C), channels innermost.
-A conv written this way is a matrix product with the channels as its vector axis (the generated
-space tiles it well); see docs/decisions/024-model-conv-nhwc-layout.md."""
+"""A rank-4 value (N, C, H, W) stored as (N, H*W, C), channels innermost: a conv written this way
+is a matrix product with the channels as its vector axis; off by default (decision 024)."""
+
+
+def blocked(block: int) -> str:
+    """The blocked layout NCHW[block]c: (N, C, H, W) stored as (N, C/block, H, W, block), the layout
+    the convolution rule computes in (oneDNN's nChw16c), kept between convolutions (decision 035)."""
+    return f"nchw{block}c"
+
+
+def block_of(layout) -> int | None:
+    """The channel block of a blocked layout (:func:`blocked`), else None."""
+    if isinstance(layout, str) and layout.startswith("nchw") and layout.endswith("c") and layout[4:-1].isdigit():
+        return int(layout[4:-1])
+    return None
 
 STORAGE = {"float32": "float32", "float64": "float64", "int32": "int32", "int64": "int32", "bool": "int32"}
 """Graph dtype -> the tensor-expression dtype its values are stored in."""
@@ -45,6 +57,10 @@ def storage_shape(shape: tuple, layout: str | None = None) -> tuple:
     if layout == NHWC:
         n, c, h, w = shape
         return (n, h * w, c)
+    b = block_of(layout)
+    if b:
+        n, c, h, w = shape
+        return (n, c // b, h, w, b)
     return tuple(shape) if shape else (1,)
 
 
@@ -56,6 +72,10 @@ def to_storage(array: np.ndarray, layout: str | None = None) -> np.ndarray:
         raise LoweringError(f"an int64 constant holds {a.min()}..{a.max()}, outside the int32 range kernels use")
     if layout == NHWC:
         a = a.transpose(0, 2, 3, 1)
+    b = block_of(layout)
+    if b:
+        n, c, h, w = a.shape
+        a = a.reshape(n, c // b, b, h, w).transpose(0, 1, 3, 4, 2)
     return np.ascontiguousarray(a.astype(dt, copy=False).reshape(storage_shape(array.shape, layout)))
 
 
@@ -64,6 +84,10 @@ def from_storage(array: np.ndarray, dtype: str, shape: tuple, layout: str | None
     if layout == NHWC:
         n, c, h, w = shape
         a = np.asarray(array).reshape(n, h, w, c).transpose(0, 3, 1, 2)
+    elif block_of(layout):
+        n, c, h, w = shape
+        b = block_of(layout)
+        a = np.asarray(array).reshape(n, c // b, h, w, b).transpose(0, 1, 4, 2, 3).reshape(shape)
     else:
         a = np.asarray(array).reshape(shape)
     if dtype == "bool":
@@ -77,6 +101,22 @@ def _flat(h, w, width: int):
             and h.a == w.a and h.b == w.b and isinstance(h.b, Const) and h.b.value == width):
         return h.a
     return h * width + w if width != 1 else h
+
+
+def split_channel(c, block: int) -> tuple:
+    """``(c // block, c % block)``; ``(co, ci)`` themselves when ``c`` is ``co * block + ci`` (the index
+    a blocked stage computes its channel from), so a same-layout read stays ``X[n, co, h, w, ci]``."""
+    if isinstance(c, Binary) and c.op is BinOp.ADD and isinstance(c.a, Binary) and c.a.op is BinOp.MUL \
+            and isinstance(c.a.b, Const) and c.a.b.value == block:
+        return c.a.a, c.b
+    if block == 1:
+        return c, 0
+    return c // block, c % block
+
+
+def join_channel(co, ci, block: int):
+    """The channel index ``co * block + ci`` of a blocked index (see :func:`split_channel`)."""
+    return co * block + ci
 
 
 class Val:
@@ -96,6 +136,10 @@ class Val:
         if self.layout == NHWC:
             n, c, h, w = idx
             idx = (n, _flat(h, w, self.shape[3]), c)
+        elif block_of(self.layout):
+            n, c, h, w = idx
+            co, ci = split_channel(c, block_of(self.layout))
+            idx = (n, co, h, w, ci)
         read = self.tensor[tuple(idx) if idx else (0,)]
         return te.not_equal(read, 0) if self.dtype == "bool" else read
 
@@ -126,6 +170,8 @@ class Ctx:
         self.counts: dict = {}
         self.constants: list = []          # (placeholder, array) added by lowerings
         self.nhwc_shape = None             # stages of this (N, C, H, W) shape are computed in NHWC
+        self.blocked_shape = None          # stages of this (N, C, H, W) shape are computed in
+        self.blocked_layout = None         # this blocked layout (the group's output's)
 
     def constant_value(self, value: str):
         """The array of graph constant ``value``, or None (not a constant, or no graph)."""
@@ -151,21 +197,35 @@ class Ctx:
         self.constants.append((ph, stored))
         return Val(ph, a.dtype.name, a.shape)
 
-    def emit(self, shape: tuple, dtype: str, fcompute, base: str) -> Val:
+    def layout_for(self, shape: tuple):
+        """The layout a stage of graph ``shape`` is computed in (that of the group's output)."""
+        if self.nhwc_shape is not None and tuple(shape) == self.nhwc_shape:
+            return NHWC
+        if self.blocked_shape is not None and tuple(shape) == self.blocked_shape:
+            return self.blocked_layout
+        return None
+
+    def emit(self, shape: tuple, dtype: str, fcompute, base: str, layout="auto") -> Val:
         """A compute stage of graph ``shape`` and ``dtype``: ``fcompute(*idx)`` -> the element.
 
         The result is converted to the storage dtype (a condition to 1/0, int64 math is int32).
-        A rank-0 value is computed with one index that ``fcompute`` does not see.
+        A rank-0 value is computed with one index that ``fcompute`` does not see. ``layout``: the
+        stage's layout (default: the group output's for a stage of its shape, else row-major).
         """
         if any(d == 0 for d in shape):
             raise LoweringError(f"a value of shape {shape} is empty; kernels need non-empty tensors")
         sdt = storage_dtype(dtype)
-        layout = NHWC if self.nhwc_shape is not None and tuple(shape) == self.nhwc_shape else None
+        if layout == "auto":
+            layout = self.layout_for(shape)
+        block = block_of(layout)
 
         def body(*idx):
             if layout == NHWC:      # (n, j, c) -> the graph index (n, c, j // W, j % W)
                 n, j, c = idx
                 idx = (n, c, j // shape[3], j % shape[3])
+            elif block:             # (n, co, h, w, ci) -> (n, co * block + ci, h, w)
+                n, co, h, w, ci = idx
+                idx = (n, join_channel(co, ci, block), h, w)
             e = fcompute(*(idx if shape else ()))
             if isinstance(e, te.Reduce):
                 return e if e.dtype == sdt else te.Reduce(e.reducer, te.cast(sdt, e.source), e.axes)

@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from graph.ir import Graph
-from graph.lower.core import NHWC, Ctx, LoweringError, Val, from_storage, storage_dtype, storage_shape, to_storage
+from graph.lower.core import (NHWC, Ctx, LoweringError, Val, block_of, from_storage, storage_dtype, storage_shape,
+                              to_storage)
 from graph.lower.elementwise import LOWERINGS
 from tensorir import te
 from tensorir.te.evaluate import evaluate, topo_stages
@@ -39,7 +40,7 @@ class LoweredGroup:
         The workload's structural key.
     layouts : dict
         Value -> layout of the values the workload reads or writes in a layout other than the
-        graph's row-major one (:data:`graph.lower.core.NHWC`).
+        graph's row-major one (:data:`graph.lower.core.NHWC`, :func:`graph.lower.core.blocked`).
     """
     tensors: list
     params: list
@@ -86,6 +87,8 @@ def lower_group(graph: Graph, group, layouts: dict | None = None) -> LoweredGrou
     out_layout = layouts.get(group.outputs[0])
     if out_layout == NHWC:
         ctx.nhwc_shape = graph.types[group.outputs[0]].shape
+    elif block_of(out_layout):
+        ctx.blocked_shape, ctx.blocked_layout = graph.types[group.outputs[0]].shape, out_layout
     vals, params, placeholders = {}, [], []
     for n, v in enumerate(group.inputs):
         t = graph.types[v]

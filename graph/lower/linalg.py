@@ -4,7 +4,9 @@ tiles the reduction and computes it per tile of the epilogue, as for ``tensorir.
 """
 from __future__ import annotations
 
-from graph.lower.core import LoweringError, broadcast_index, storage_dtype
+import numpy as np
+
+from graph.lower.core import LoweringError, Val, block_of, broadcast_index, storage_dtype
 from graph.lower.elementwise import lowering
 from tensorir import te
 
@@ -67,6 +69,11 @@ def _conv(ctx, node, ins, outs):
     shape, dtype = outs[0].shape, outs[0].dtype
     _, _, p_, q_ = shape
     kg = k_ // group
+    if block_of(ctx.layout_for(shape)):
+        y = _conv_blocked(ctx, node, x, ctx.constant_value(node.inputs[1]), shape, dtype)
+        if bias is None:
+            return [y]
+        return [ctx.emit(shape, dtype, lambda n, k, p, q: y(n, k, p, q) + bias(k), "bias")]
     src = pad(ctx, x, (pt, pl), (max(0, (p_ - 1) * sh + (r_ - 1) * dh + 1 - h_ - pt),
                                  max(0, (q_ - 1) * sw + (s_ - 1) * dw + 1 - w_ - pl)), 0.0)
     rr, rs = te.reduce_axis(r_, "r"), te.reduce_axis(s_, "s")
@@ -87,9 +94,62 @@ def _conv(ctx, node, ins, outs):
     return [ctx.emit(shape, dtype, lambda n, k, p, q: y(n, k, p, q) + bias(k), "bias")]
 
 
-def pad(ctx, x, lo: tuple, hi: tuple, value):
+def conv_block(channels: int) -> int:
+    """The channel block of a conv's data or weights: 16 (a vector of floats on AVX-512), else the
+    largest divisor of ``channels`` up to 16 (the stem's 3 input channels: one block of 3)."""
+    return max(d for d in range(1, 17) if channels % d == 0)
+
+
+def _conv_blocked(ctx, node, x, weights, shape, dtype):
+    """The conv computed in the group output's blocked layout, as ``tensorir.ops.conv2d_nchwc``:
+    ``Y[n, ko, p, q, ki] = sum Xp[n, co, p.., q.., ci] * Wt[ko, co, r, s, ci, ki]``, the data read in
+    its own blocked layout (or relaid and padded in one stage where it is row-major) and the
+    constant weights packed here, once, to (K/kb, C/cb, R, S, cb, kb). The plan
+    (:func:`graph.lower.layout.choose_blocked`) asks for it only for group-1 convs with constant
+    weights."""
+    if weights is None or node.attr("group", 1) != 1:
+        raise LoweringError(f"internal: node {node.name} (Conv) planned blocked needs group 1 and constant weights")
+    n_, c_, h_, w_ = x.shape
+    k_, _, r_, s_ = weights.shape
+    sh, sw = node.attr("strides", (1, 1))
+    pt, pl, _, _ = node.attr("pads", (0, 0, 0, 0))
+    dh, dw = node.attr("dilations", (1, 1))
+    _, _, p_, q_ = shape
+    kb = block_of(ctx.blocked_layout)
+    cb = block_of(x.layout) or conv_block(c_)
+    hp = max(h_ + pt, (p_ - 1) * sh + (r_ - 1) * dh + 1)
+    wp = max(w_ + pl, (q_ - 1) * sw + (s_ - 1) * dw + 1)
+    sdt = storage_dtype(dtype)
+    if block_of(x.layout) and (hp, wp) == (h_, w_) and not (pt or pl):
+        data = x.tensor
+    else:
+        def relaid(n, co, h, w, ci):
+            conds = [c for c in (h >= pt if pt else None, h < h_ + pt if hp > h_ + pt else None,
+                                 w >= pl if pl else None, w < w_ + pl if wp > w_ + pl else None) if c is not None]
+            hh, ww = (h - pt if pt else h), (w - pl if pl else w)
+            read = x.tensor[n, co, hh, ww, ci] if block_of(x.layout) else x.tensor[n, co * cb + ci, hh, ww]
+            return te.if_then_else(te.all(*conds), read, te.const(0.0, sdt)) if conds else read
+        data = te.compute((n_, c_ // cb, hp, wp, cb), relaid, ctx.name("pad"))
+    packed = np.ascontiguousarray(np.asarray(weights).reshape(k_ // kb, kb, c_ // cb, cb, r_, s_)
+                                  .transpose(0, 2, 4, 5, 3, 1))
+    wt = ctx.constant(packed, "weights")
+    co, ci = te.reduce_axis(c_ // cb, "co"), te.reduce_axis(cb, "ci")
+    rr, rs = te.reduce_axis(r_, "r"), te.reduce_axis(s_, "s")
+
+    def f(n, ko, p, q, ki):
+        h = p * sh + rr * dh if (sh, dh) != (1, 1) else p + rr
+        w = q * sw + rs * dw if (sw, dw) != (1, 1) else q + rs
+        return te.sum(data[n, co, h, w, ci] * wt.tensor[ko, co, rr, rs, ci, ki], axis=[co, rr, rs, ci])
+    y = te.compute((n_, k_ // kb, p_, q_, kb), f, ctx.name("conv"))
+    if y.dtype != sdt:
+        raise LoweringError(f"node {node.name} (Conv): blocked form needs {sdt} data and weights")
+    return Val(y, dtype, shape, ctx.blocked_layout)
+
+
+def pad(ctx, x, lo: tuple, hi: tuple, value, keep_layout: bool = False):
     """``x`` (NCHW) padded on its last two dims by ``lo`` (top, left) and ``hi`` (bottom, right) with
-    ``value``; ``x`` itself when nothing is padded. The pad stage is elementwise: the space inlines it."""
+    ``value``; ``x`` itself when nothing is padded. The pad stage is elementwise: the space inlines it.
+    ``keep_layout``: a blocked ``x`` is padded in its layout (else the padded value is row-major)."""
     (pt, pl), (pb, pr) = lo, hi
     if not (pt or pl or pb or pr):
         return x
@@ -108,4 +168,6 @@ def pad(ctx, x, lo: tuple, hi: tuple, value):
         hi_ = h - pt if pt else h
         wi_ = w - pl if pl else w
         return te.if_then_else(te.all(*conds), x(n, c, hi_, wi_), te.const(value, storage_dtype(x.dtype)))
-    return ctx.emit((n_, c_, h_ + pt + pb, w_ + pl + pr), x.dtype, f, "pad")
+    # a pool over a blocked value pads it in its own layout (its reads are then plain, not div/mod)
+    layout = x.layout if keep_layout and block_of(x.layout) else None
+    return ctx.emit((n_, c_, h_ + pt + pb, w_ + pl + pr), x.dtype, f, "pad", layout=layout)

@@ -39,7 +39,7 @@ def _max_pool(ctx, node, ins, outs):
     (r_, s_), (sh, sw), (pt, pl, _, _), (dh, dw), hi = _pool_geometry(node, x, outs[0].shape)
     sdt = storage_dtype(x.dtype)
     lowest = float(np.finfo(sdt).min) if sdt != "int32" else int(np.iinfo(np.int32).min)
-    src = pad(ctx, x, (pt, pl), hi, lowest)
+    src = pad(ctx, x, (pt, pl), hi, lowest, keep_layout=True)
     rr, rs = te.reduce_axis(r_, "r"), te.reduce_axis(s_, "s")
     return [ctx.emit(outs[0].shape, outs[0].dtype,
                      lambda n, c, p, q: te.max(src(n, c, _window(p, sh, rr, dh), _window(q, sw, rs, dw)),
@@ -65,7 +65,7 @@ def _avg_pool(ctx, node, ins, outs):
         raise LoweringError(f"node {node.name} (AveragePool): only 2-d float pooling (NCHW)")
     kernel, strides, pads, dil, hi = _pool_geometry(node, x, outs[0].shape)
     (r_, s_), (sh, sw), (dh, dw) = kernel, strides, dil
-    src = pad(ctx, x, pads[:2], hi, 0.0)
+    src = pad(ctx, x, pads[:2], hi, 0.0, keep_layout=True)
     rr, rs = te.reduce_axis(r_, "r"), te.reduce_axis(s_, "s")
     shape, dtype = outs[0].shape, outs[0].dtype
     total = ctx.emit(shape, dtype, lambda n, c, p, q: te.sum(src(n, c, _window(p, sh, rr, dh), _window(q, sw, rs, dw)),

@@ -1,0 +1,122 @@
+"""Activations kept in the blocked layout (NCHW[b]c) between convolutions: which values the plan
+blocks, that every blocked conv is the convolution rule's blocked form, and that models with
+strides, asymmetric pads, dilation, odd channel counts, residuals and bias compute what onnxruntime
+computes."""
+import numpy as np
+import pytest
+
+ort = pytest.importorskip("onnxruntime")
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+from graph.lower.core import block_of, from_storage, to_storage  # noqa: E402
+from schedules import Schedule  # noqa: E402
+from schedules.conv_space import find_convs  # noqa: E402
+from tuner.model_api import compile_model, load  # noqa: E402
+from tuner.model_compile import plan_graph  # noqa: E402
+
+
+class Net:
+    """A tiny ONNX model builder: ``conv`` / ``op`` append nodes, ``model`` closes the graph."""
+
+    def __init__(self, shape, seed=0):
+        self.rng, self.nodes, self.inits, self.n = np.random.default_rng(seed), [], [], 0
+        self.shape = shape
+
+    def _name(self, base):
+        self.n += 1
+        return f"{base}{self.n}"
+
+    def conv(self, x, c_in, c_out, k, stride=1, pads=(0, 0, 0, 0), dil=1, group=1, bias=True):
+        kh, kw = (k, k) if isinstance(k, int) else k
+        w = self._name("w")
+        self.inits.append(numpy_helper.from_array(
+            (self.rng.standard_normal((c_out, c_in // group, kh, kw)) / np.sqrt(c_in * kh * kw)).astype(np.float32), w))
+        ins = [x, w]
+        if bias:
+            b = self._name("b")
+            self.inits.append(numpy_helper.from_array(self.rng.standard_normal(c_out).astype(np.float32), b))
+            ins.append(b)
+        return self.op("Conv", ins, kernel_shape=[kh, kw], strides=[stride, stride], pads=list(pads),
+                       dilations=[dil, dil], group=group)
+
+    def op(self, kind, ins, **attrs):
+        out = self._name(kind.lower())
+        self.nodes.append(helper.make_node(kind, list(ins), [out], name=out, **attrs))
+        return out
+
+    def model(self, outputs):
+        graph = helper.make_graph(self.nodes, "net", [helper.make_tensor_value_info("x", TensorProto.FLOAT, self.shape)],
+                                  [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
+                                  self.inits)
+        m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+        m.ir_version = min(m.ir_version, 8)
+        return onnx.shape_inference.infer_shapes(m)
+
+
+def _check(model, threads=1):
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.intra_op_num_threads = 1
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(1).standard_normal([d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim])
+    feeds = {"x": x.astype(np.float32)}
+    got = compile_model(load(model), threads=threads).run(feeds)
+    for o, want in zip(model.graph.output, sess.run(None, feeds)):
+        assert np.abs(got[o.name] - want).max() <= 1e-4 * np.abs(want).max(), o.name
+
+
+def _residual_net():
+    """Stride 2 with asymmetric pads on 3 channels, 24 channels (blocks of 8), a dilated 5x1 window,
+    a 1x1 projection as the residual, ReLU, global pooling."""
+    n = Net([2, 3, 19, 23])
+    a = n.op("Relu", [n.conv("x", 3, 16, 3, stride=2, pads=(1, 0, 1, 2))])
+    b = n.conv(a, 16, 24, 1, bias=False)
+    c = n.conv(b, 24, 32, (5, 1), pads=(4, 0, 4, 0), dil=2)
+    r = n.conv(b, 24, 32, 1)
+    d = n.op("Relu", [n.op("Add", [c, r])])
+    e = n.conv(d, 32, 48, 3, stride=3, pads=(1, 1, 1, 1))
+    return n, n.op("Flatten", [n.op("GlobalAveragePool", [e])])
+
+
+def test_consecutive_convolutions_exchange_blocked_activations():
+    n, out = _residual_net()
+    plan = plan_graph(load(n.model([out])))
+    blocked = {v: block_of(lay) for v, lay in plan.layouts.items()}
+    # every conv output (the projection and its residual sum included) is blocked: 16 or 8 channels
+    # per block as the channel count allows; the graph output is not
+    conv_outputs = [g.outputs[0] for g in plan.groups if any(nd.op == "Conv" for nd in g.nodes)]
+    assert len(conv_outputs) == 5 and all(v in blocked for v in conv_outputs)
+    assert sorted(set(blocked.values())) == [8, 16]
+    assert not set(plan.graph.outputs) & set(blocked)
+    # each blocked conv is the convolution rule's blocked form: data and weights read in their blocks
+    for g, lw in zip(plan.groups, plan.lowered):
+        if g.outputs[0] in blocked and any(nd.op == "Conv" for nd in g.nodes):
+            (info,) = find_convs(Schedule(lw.tensors).stage_graph()).values()
+            assert info.blocked and info.kb == blocked[g.outputs[0]]
+
+
+def test_blocked_models_match_onnxruntime():
+    n, out = _residual_net()
+    _check(n.model([out]))
+    _check(n.model([out]), threads=2)
+
+
+def test_values_read_by_row_major_kernels_or_returned_stay_row_major():
+    n = Net([1, 8, 12, 12])
+    a = n.conv("x", 8, 16, 3, pads=(1, 1, 1, 1))
+    dw = n.conv(a, 16, 16, 3, pads=(1, 1, 1, 1), group=16)      # depthwise: computed row-major
+    b = n.conv(dw, 16, 16, 1)                                    # reads a row-major value: fine
+    p = n.op("MaxPool", [b], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    c = n.conv(p, 16, 32, 3, pads=(1, 1, 1, 1))
+    model = n.model([c, b])
+    plan = plan_graph(load(model))
+    assert a not in plan.layouts and b not in plan.layouts and c not in plan.layouts
+    _check(model)
+
+
+def test_blocked_storage_round_trips():
+    a = np.random.default_rng(0).standard_normal((2, 24, 3, 5)).astype(np.float32)
+    s = to_storage(a, "nchw8c")
+    assert s.shape == (2, 3, 3, 5, 8) and s[1, 2, 0, 4, 3] == a[1, 2 * 8 + 3, 0, 4]
+    assert np.array_equal(from_storage(s, "float32", a.shape, "nchw8c"), a)

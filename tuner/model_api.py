@@ -34,7 +34,7 @@ def load(path, shapes: dict | None = None) -> Graph:
 
 
 def compile_model(graph_or_path, log=None, threads: int | None = None, shapes: dict | None = None,
-                  passes: bool = True, layouts: bool = False) -> CompiledModel:
+                  passes: bool = True, layouts: bool = False, blocked: bool = True) -> CompiledModel:
     """A callable :class:`~graph.runtime.CompiledModel` from a Graph or an ONNX path.
 
     Parameters
@@ -50,7 +50,10 @@ def compile_model(graph_or_path, log=None, threads: int | None = None, shapes: d
     passes : bool
         Run the graph pass pipeline (``graph.passes``) before fusion.
     layouts : bool
-        Compute conv outputs channels-innermost (faster kernels; see ``graph.lower.layout``).
+        Compute conv outputs channels-innermost (off by default: decision 024).
+    blocked : bool
+        Keep activations blocked (NCHW16c) between convolutions (default; see
+        :func:`graph.lower.layout.choose_blocked`); False: every value row-major.
     """
     graph = graph_or_path if isinstance(graph_or_path, Graph) else load(graph_or_path, shapes)
-    return compile_graph(graph, log=log, threads=threads, passes=passes, layouts=layouts)
+    return compile_graph(graph, log=log, threads=threads, passes=passes, layouts=layouts, blocked=blocked)

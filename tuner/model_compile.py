@@ -181,12 +181,13 @@ def assemble(plan: Plan, kernels: dict, info: dict | None = None) -> CompiledMod
 
 
 def compile_graph(graph: Graph, log=None, threads: int | None = None, passes: bool = True,
-                  layouts: bool = False, prepack: bool = True) -> CompiledModel:
+                  layouts: bool = False, prepack: bool = True, blocked: bool = True) -> CompiledModel:
     """Compile ``graph`` (see the module docstring); ``model.info`` holds the plan, the kernels and
     the time each phase took. ``layouts``: compute conv outputs channels-innermost (off by default:
-    docs/decisions/024-model-conv-nhwc-layout.md).
+    docs/decisions/024-model-conv-nhwc-layout.md); ``blocked``: activations blocked between
+    convolutions (docs/decisions/035-blocked-activations-between-convs.md).
     ``prepack``: pack constant weights once here rather than in every call (default)."""
-    plan = plan_graph(graph, passes, layouts)
+    plan = plan_graph(graph, passes, layouts, blocked)
     t0 = time.perf_counter()
     kernels = build_kernels(plan, log, threads, prepack)
     build_s = time.perf_counter() - t0

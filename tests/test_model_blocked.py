@@ -84,9 +84,10 @@ def test_consecutive_convolutions_exchange_blocked_activations():
     plan = plan_graph(load(n.model([out])))
     blocked = {v: block_of(lay) for v, lay in plan.layouts.items()}
     # every conv output (the projection and its residual sum included) is blocked: 16 or 8 channels
-    # per block as the channel count allows; the graph output is not
+    # per block as the channel count allows; not the stem's (3 input channels) nor the graph output
     conv_outputs = [g.outputs[0] for g in plan.groups if any(nd.op == "Conv" for nd in g.nodes)]
-    assert len(conv_outputs) == 5 and all(v in blocked for v in conv_outputs)
+    assert len(conv_outputs) == 5 and conv_outputs[0] not in blocked
+    assert all(v in blocked for v in conv_outputs[1:])
     assert sorted(set(blocked.values())) == [8, 16]
     assert not set(plan.graph.outputs) & set(blocked)
     # each blocked conv is the convolution rule's blocked form: data and weights read in their blocks
@@ -100,6 +101,23 @@ def test_blocked_models_match_onnxruntime():
     n, out = _residual_net()
     _check(n.model([out]))
     _check(n.model([out]), threads=2)
+
+
+def test_pools_between_convolutions_keep_the_blocked_layout():
+    n = Net([1, 16, 15, 15])
+    a = n.conv("x", 16, 32, 3, pads=(1, 1, 1, 1))
+    p = n.op("MaxPool", [a], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    b = n.conv(p, 32, 16, 3, pads=(1, 1, 1, 1))
+    q = n.op("AveragePool", [b], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], count_include_pad=0)
+    c = n.op("MaxPool", [n.conv(q, 16, 16, 1)], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)
+    model = n.model([n.op("GlobalAveragePool", [n.conv(c, 16, 8, 1)])])
+    plan = plan_graph(load(model))
+    assert {p, q, c} <= set(plan.layouts)
+    for g, lw in zip(plan.groups, plan.lowered):
+        if g.nodes[0].op in ("MaxPool", "AveragePool"):   # the convolution rule's blocked window
+            info = next(iter(find_convs(Schedule(lw.tensors).stage_graph()).values()))
+            assert info.blocked and info.weights is None
+    _check(model)
 
 
 def test_values_read_by_row_major_kernels_or_returned_stay_row_major():

@@ -18,12 +18,12 @@ import dataclasses
 
 from graph.ir import Graph, Node
 from graph.lower.core import NHWC, blocked
+from graph.lower.linalg import conv_block
 from graph.ops.registry import Pattern, get_op
 
 BLOCK = 16
 """Output channels per block of a blocked conv output (one AVX-512 vector of float32, two of AVX2;
 ResNet-18 with blocks of 32 where they divide measured level with 16, decision 035)."""
-WINDOWED = ("MaxPool", "AveragePool")
 SPATIAL = ("MaxPool", "AveragePool", "GlobalAveragePool")
 """Ops that keep a value's NHWC layout (besides elementwise and broadcast ops)."""
 
@@ -105,6 +105,10 @@ def _blocked_conv(graph: Graph, group):
             or t.shape != graph.types[anchor.outputs[0]].shape or t.dtype not in ("float32", "float64") \
             or x.dtype != t.dtype or w.dtype != t.dtype:
         return None
+    if conv_block(x.shape[1]) < 8:
+        # a stem's few input channels: the row-major form packs them per row task as plain rows
+        # (decision 023); computed blocked, ResNet-18's 7x7 stem took 2.2x as long
+        return None
     k = t.shape[1]
     return BLOCK if k % BLOCK == 0 else 8 if k % 8 == 0 else None
 
@@ -128,11 +132,8 @@ def choose_blocked(graph: Graph, groups: list) -> dict:
         for v in g.inputs:
             readers.setdefault(v, []).append(g)
     conv_block = {id(g): _blocked_conv(graph, g) for g in groups}
-    # windowed pools are left out: the convolution rule schedules them on NCHW (0.43 ms against
-    # 0.78 ms for ResNet-18's max pool computed blocked by the generic rules, 1 thread)
     keeps = {id(g) for g in groups if len(g.outputs) == 1 and graph.types[g.outputs[0]].rank == 4
-             and not _is_conv_group(g) and not any(n.op in WINDOWED for n in g.nodes)
-             and _keeps_layout(graph, g, {v: NHWC for v in g.inputs})}
+             and not _is_conv_group(g) and _keeps_layout(graph, g, {v: NHWC for v in g.inputs})}
     banned: set = {id(g) for g in groups if g.outputs and g.outputs[0] in graph.outputs}
     while True:
         layouts = {}

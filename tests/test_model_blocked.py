@@ -10,6 +10,7 @@ onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from graph.lower.core import block_of, from_storage, to_storage  # noqa: E402
+from graph.lower.layout import out_blocks  # noqa: E402
 from schedules import Schedule  # noqa: E402
 from schedules.conv_space import find_convs  # noqa: E402
 from tuner.model_api import compile_model, load  # noqa: E402
@@ -83,12 +84,12 @@ def test_consecutive_convolutions_exchange_blocked_activations():
     n, out = _residual_net()
     plan = plan_graph(load(n.model([out])))
     blocked = {v: block_of(lay) for v, lay in plan.layouts.items()}
-    # every conv output (the projection and its residual sum included) is blocked: 16 or 8 channels
-    # per block as the channel count allows; not the stem's (3 input channels) nor the graph output
+    # every conv output (the projection and its residual sum included) is blocked: two vectors, one
+    # or 8 channels per block as the channel count allows; not the stem's (3 input channels) nor the graph output
     conv_outputs = [g.outputs[0] for g in plan.groups if any(nd.op == "Conv" for nd in g.nodes)]
     assert len(conv_outputs) == 5 and conv_outputs[0] not in blocked
     assert all(v in blocked for v in conv_outputs[1:])
-    assert sorted(set(blocked.values())) == [8, 16]
+    assert set(blocked.values()) == {next(b for b in out_blocks() if k % b == 0) for k in (24, 32, 48)}
     assert not set(plan.graph.outputs) & set(blocked)
     # each blocked conv is the convolution rule's blocked form: data and weights read in their blocks
     for g, lw in zip(plan.groups, plan.lowered):

@@ -20,10 +20,18 @@ from graph.ir import Graph, Node
 from graph.lower.core import NHWC, blocked
 from graph.lower.linalg import conv_block
 from graph.ops.registry import Pattern, get_op
+from tensorir.target import Target
 
-BLOCK = 16
-"""Output channels per block of a blocked conv output (one AVX-512 vector of float32, two of AVX2;
-ResNet-18 with blocks of 32 where they divide measured level with 16, decision 035)."""
+
+def out_blocks() -> tuple:
+    """Output-channel blocks of a blocked conv output, preferred first: two vectors of float32 (the
+    convolution rule's register tile starts with two weight vectors per broadcast: one contiguous
+    stream of packed weights), one vector, 8. AVX-512: 32, 16, 8 (ResNet-18 at 1 thread: the 64@56
+    convs 1.72-1.85 ms with blocks of 32 against 2.07-2.33 with 16; decision 035)."""
+    lanes = Target.host().lanes32
+    return tuple(sorted({2 * lanes, lanes, 8}, reverse=True))
+
+
 SPATIAL = ("MaxPool", "AveragePool", "GlobalAveragePool")
 """Ops that keep a value's NHWC layout (besides elementwise and broadcast ops)."""
 
@@ -110,7 +118,7 @@ def _blocked_conv(graph: Graph, group):
         # (decision 023); computed blocked, ResNet-18's 7x7 stem took 2.2x as long
         return None
     k = t.shape[1]
-    return BLOCK if k % BLOCK == 0 else 8 if k % 8 == 0 else None
+    return next((b for b in out_blocks() if k % b == 0), None)
 
 
 def _is_conv_group(group) -> bool:
@@ -118,7 +126,7 @@ def _is_conv_group(group) -> bool:
 
 
 def choose_blocked(graph: Graph, groups: list) -> dict:
-    """Value -> blocked layout (``nchw16c``, ``nchw8c``): the output of every conv group the blocked
+    """Value -> blocked layout (``nchw32c``, ``nchw16c``, ``nchw8c``): the output of every conv group the blocked
     form computes, and of every group of pools and elementwise ops that reads such a value, so that
     consecutive convolutions exchange their activations in the layout they compute in (no repack,
     no transposing copy-out; docs/decisions/035-blocked-activations-between-convs.md).

@@ -1,7 +1,7 @@
 """Whole models, untuned (heuristic starts), against onnxruntime, side by side in one process.
 
     python benchmarks/bench_model.py [--models mlp,resnet18,mobilenet_block,bert_layer] [--threads 1,2]
-                                     [--rounds 5] [--layouts-ab] [--out FILE]
+                                     [--rounds 5] [--layouts-ab] [--blocked-ab] [--out FILE]
 
 For each model of ``tests/onnx_models.py`` (random weights, seeded):
 
@@ -13,7 +13,11 @@ For each model of ``tests/onnx_models.py`` (random weights, seeded):
   intra-op thread count, ``session.intra_op.allow_spinning=0``, sequential execution), timed by
   :func:`tuner.compare.side_by_side` (alternating rounds, a 0.2 s pause at each switch, medians);
 - with ``--layouts-ab``, also the model compiled with conv outputs channels-innermost (``layouts=True``;
-  the default is row-major, NCHW), timed in the same rounds (docs/decisions/024-model-conv-nhwc-layout.md).
+  the default is row-major, NCHW), timed in the same rounds (docs/decisions/024-model-conv-nhwc-layout.md);
+- with ``--blocked-ab``, also the model compiled with every value row-major (``blocked=False``; the
+  default keeps activations blocked between convolutions), timed in the same rounds, and the paired
+  speed-ups (:func:`tuner.compare.paired_speedup`, the median of per-round ratios) of both over
+  onnxruntime and of blocked over row-major (docs/decisions/035-blocked-activations-between-convs.md).
 """
 from __future__ import annotations
 
@@ -49,10 +53,10 @@ def feeds_for(model, graph, seed: int = 0) -> dict:
             for i in model.graph.input if i.name not in weights}
 
 
-def bench(name: str, threads: int, rounds: int, log, layouts_ab: bool = False) -> dict:
+def bench(name: str, threads: int, rounds: int, log, layouts_ab: bool = False, blocked_ab: bool = False) -> dict:
     import tests.onnx_models as models
     from tensorir.runtime import clear_cache
-    from tuner.compare import side_by_side
+    from tuner.compare import paired_speedup, side_by_side
     from tuner.model_api import compile_model, load
     model = getattr(models, name)()
     t0 = time.perf_counter()
@@ -77,7 +81,13 @@ def bench(name: str, threads: int, rounds: int, log, layouts_ab: bool = False) -
             nhwc = compile_model(graph, threads=threads, layouts=True)
         compiled.threads = threads
         fns["tensortune-nhwc"] = lambda: nhwc.run(feeds)
-    res = side_by_side(fns, rounds=rounds, min_repeat_ms=200)
+    if blocked_ab:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            rowmajor = compile_model(graph, threads=threads, blocked=False)
+        fns["tensortune-rowmajor"] = lambda: rowmajor.run(feeds)
+    # many short rounds for the A/B: its paired ratios then see the host's slow spells on both sides
+    res = side_by_side(fns, rounds=rounds, min_repeat_ms=200, repeats_per_round=1 if blocked_ab else 3)
     info = compiled.info
     row = {"model": name, "threads": threads, "nodes": len(graph.nodes), "groups": info["groups"],
            "kernels": info["distinct_kernels"], "import_s": t1 - t0, "compile_s": t2 - t1, "ort_session_s": t3 - t2,
@@ -93,6 +103,15 @@ def bench(name: str, threads: int, rounds: int, log, layouts_ab: bool = False) -
         print(f"  NHWC conv outputs (layouts=True) {row['nhwc_ms']:.2f} ms: row-major (the default) is "
               f"{row['nhwc_ms'] / row['tt_ms']:.2f}x faster; raw ms: "
               f"{' '.join(f'{v * 1e3:.3f}' for v in res['tensortune-nhwc']['all'])}", file=log)
+    if blocked_ab:
+        row["rowmajor_ms"] = res["tensortune-rowmajor"]["median"] * 1e3
+        row["blocked_vs_ort"] = paired_speedup(res, "tensortune", "onnxruntime")
+        row["rowmajor_vs_ort"] = paired_speedup(res, "tensortune-rowmajor", "onnxruntime")
+        row["blocked_vs_rowmajor"] = paired_speedup(res, "tensortune", "tensortune-rowmajor")
+        print(f"  every value row-major (blocked=False) {row['rowmajor_ms']:.2f} ms; paired speed-ups: blocked "
+              f"{row['blocked_vs_ort']:.3f}x onnxruntime, row-major {row['rowmajor_vs_ort']:.3f}x, blocked over "
+              f"row-major {row['blocked_vs_rowmajor']:.3f}x; raw ms: "
+              f"{' '.join(f'{v * 1e3:.3f}' for v in res['tensortune-rowmajor']['all'])}", file=log)
     print(f"  raw tensortune ms: {' '.join(f'{v * 1e3:.3f}' for v in row['tt_all'])}", file=log)
     print(f"  raw onnxruntime ms: {' '.join(f'{v * 1e3:.3f}' for v in row['ort_all'])}", file=log, flush=True)
     return row
@@ -113,7 +132,9 @@ def main(argv=None) -> int:
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--threads", default="1,2")
     p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--layouts-ab", action="store_true", help="also time the model with every value row-major")
+    p.add_argument("--layouts-ab", action="store_true", help="also time the model with NHWC conv outputs")
+    p.add_argument("--blocked-ab", action="store_true",
+                   help="also time the model with every value row-major (blocked=False)")
     p.add_argument("--out", help="also write the raw output to FILE")
     args = p.parse_args(argv)
     import llvmlite.binding as llvm
@@ -122,7 +143,7 @@ def main(argv=None) -> int:
     rows = []
     for threads in [int(t) for t in args.threads.split(",")]:
         for name in args.models.split(","):
-            rows.append(bench(name, threads, args.rounds, log, args.layouts_ab))
+            rows.append(bench(name, threads, args.rounds, log, args.layouts_ab, args.blocked_ab))
     text = table(rows)
     print(text, file=log)
     if log is not sys.stdout:

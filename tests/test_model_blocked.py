@@ -121,7 +121,7 @@ def test_pools_between_convolutions_keep_the_blocked_layout():
     _check(model)
 
 
-def test_values_read_by_row_major_kernels_or_returned_stay_row_major():
+def test_values_read_by_row_major_convs_or_returned_stay_row_major():
     n = Net([1, 8, 12, 12])
     a = n.conv("x", 8, 16, 3, pads=(1, 1, 1, 1))
     dw = n.conv(a, 16, 16, 3, pads=(1, 1, 1, 1), group=16)      # depthwise: computed row-major
@@ -130,8 +130,27 @@ def test_values_read_by_row_major_kernels_or_returned_stay_row_major():
     c = n.conv(p, 16, 32, 3, pads=(1, 1, 1, 1))
     model = n.model([c, b])
     plan = plan_graph(load(model))
+    # a is read by the depthwise conv: row-major; b and c are graph outputs: computed blocked, then
+    # copied to row-major by a relayout group
     assert a not in plan.layouts and b not in plan.layouts and c not in plan.layouts
+    assert {f"{b}.blocked", f"{c}.blocked"} <= set(plan.layouts)
     _check(model)
+
+
+def test_odd_channel_counts_and_other_readers_keep_the_chain_blocked():
+    # 13 input channels (one block of 13), 40 and 24 (blocks of 8), 10 (one block of 10: a partial
+    # vector), a sigmoid epilogue and a ReduceMean reading the last blocked value through its layout
+    n = Net([1, 13, 11, 9])
+    a = n.op("Relu", [n.conv("x", 13, 16, 3, pads=(1, 1, 1, 1))])
+    b = n.conv(a, 16, 40, (1, 3), stride=2, pads=(0, 1, 0, 1))
+    c = n.conv(b, 40, 24, 3, pads=(2, 2, 2, 2), dil=2)
+    e = n.op("Sigmoid", [n.op("Add", [c, n.conv(b, 40, 24, 1, bias=False)])])
+    last = n.conv(e, 24, 10, 3)
+    model = n.model([n.op("ReduceMean", [last], axes=[2, 3])])
+    plan = plan_graph(load(model))
+    assert plan.layouts.get(a) == "nchw16c" and plan.layouts.get(b) == "nchw8c" and plan.layouts.get(last) == "nchw10c"
+    _check(model)
+    _check(model, threads=2)
 
 
 def test_blocked_storage_round_trips():

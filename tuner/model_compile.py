@@ -14,7 +14,7 @@ import numpy as np
 
 from graph.fusion import fuse
 from graph.ir import Graph
-from graph.lower import choose_blocked, lower_group, plan_layouts, storage_dtype, to_storage
+from graph.lower import lower_group, plan_blocked, plan_layouts, storage_dtype, to_storage
 from graph.lower.core import storage_shape
 from graph.runtime import Buffer, CompiledModel, Step
 from tensorir.te.evaluate import evaluate
@@ -53,8 +53,10 @@ def plan_graph(graph: Graph, passes: bool = True, layouts: bool = False, blocked
     groups = fuse(graph)
     if layouts:
         graph, groups, chosen = plan_layouts(graph, groups)
+    elif blocked:
+        graph, groups, chosen = plan_blocked(graph, groups)
     else:
-        chosen = choose_blocked(graph, groups) if blocked else {}
+        chosen = {}
     lowered = [lower_group(graph, g, chosen) for g in groups]
     return Plan(graph, groups, lowered, time.perf_counter() - t0, chosen)
 

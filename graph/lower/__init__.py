@@ -13,7 +13,7 @@ from graph.lower.core import LoweringError, storage_dtype, to_storage, from_stor
 from graph.lower.elementwise import LOWERINGS  # noqa: F401
 from graph.lower import deconv, extra, linalg, nn, shape  # noqa: F401  (registration)
 from graph.lower.group import LoweredGroup, evaluate_group, lower_group, lower_node  # noqa: F401
-from graph.lower.layout import NHWC, choose_blocked, choose_layouts, plan_layouts  # noqa: F401
+from graph.lower.layout import NHWC, choose_blocked, choose_layouts, plan_blocked, plan_layouts  # noqa: F401
 
 
 def supported_ops() -> tuple:

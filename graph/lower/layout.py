@@ -102,7 +102,8 @@ def plan_layouts(graph: Graph, groups: list) -> tuple:
 
 def _blocked_conv(graph: Graph, group):
     """The output block of a group anchored by a conv the blocked form computes (group 1, constant
-    4-d weights, float, a multiple of 8 output channels, an epilogue that keeps the conv's shape), else None."""
+    4-d weights, float, at least 8 input channels per block, an epilogue that keeps the conv's shape),
+    else None."""
     anchor = next((n for n in group.nodes if n.op == "Conv"), None)
     if anchor is None or len(group.outputs) != 1 or group.outputs[0] != group.nodes[-1].outputs[0]:
         return None
@@ -118,7 +119,10 @@ def _blocked_conv(graph: Graph, group):
         # (decision 023); computed blocked, ResNet-18's 7x7 stem took 2.2x as long
         return None
     k = t.shape[1]
-    return next((b for b in out_blocks() if k % b == 0), None)
+    # else one block of the largest divisor up to two vectors (10 channels: one block of 10, a
+    # partial vector), so that a conv with an odd channel count does not turn its producers row-major
+    return next((b for b in out_blocks() if k % b == 0), None) or max(d for d in range(1, out_blocks()[0] + 1)
+                                                                         if k % d == 0)
 
 
 def _is_conv_group(group) -> bool:
@@ -131,10 +135,10 @@ def choose_blocked(graph: Graph, groups: list) -> dict:
     consecutive convolutions exchange their activations in the layout they compute in (no repack,
     no transposing copy-out; docs/decisions/035-blocked-activations-between-convs.md).
 
-    A value is blocked only where every group that reads it computes in the blocked form too or
-    keeps its layout (pools, elementwise), and it is not a graph output: a conv computed row-major
-    (depthwise, grouped, non-constant weights) keeps reading row-major data, which the convolution
-    rule packs itself. ``groups`` in topological order."""
+    A value is not blocked where a conv computed row-major (depthwise, grouped, non-constant weights,
+    a stem) reads it: that conv keeps reading row-major data, which the convolution rule packs
+    itself. Other readers read through the layout (index arithmetic of :class:`~graph.lower.core.Val`). A graph output
+    may be blocked (:func:`plan_blocked` then adds a copy to row-major). ``groups`` in topological order."""
     readers: dict = {}
     for g in groups:
         for v in g.inputs:
@@ -142,7 +146,7 @@ def choose_blocked(graph: Graph, groups: list) -> dict:
     conv_block = {id(g): _blocked_conv(graph, g) for g in groups}
     keeps = {id(g) for g in groups if len(g.outputs) == 1 and graph.types[g.outputs[0]].rank == 4
              and not _is_conv_group(g) and _keeps_layout(graph, g, {v: NHWC for v in g.inputs})}
-    banned: set = {id(g) for g in groups if g.outputs and g.outputs[0] in graph.outputs}
+    banned: set = set()
     while True:
         layouts = {}
         for g in groups:
@@ -160,8 +164,41 @@ def choose_blocked(graph: Graph, groups: list) -> dict:
         bad = set()
         for v in layouts:
             for r in readers.get(v, []):
-                if not (id(r) in keeps or (conv_block[id(r)] and id(r) not in banned)):
+                # a conv computed row-major needs row-major data (its rule packs it); other readers
+                # (keeps, reshapes, reductions, products) read through the layout
+                if _is_conv_group(r) and not (conv_block[id(r)] and id(r) not in banned):
                     bad.add(id(next(g for g in groups if g.outputs[0] == v)))
         if not bad - banned:
             return layouts
         banned |= bad
+
+
+def plan_blocked(graph: Graph, groups: list) -> tuple:
+    """``(graph, groups, layouts)``: the blocked layouts of :func:`choose_blocked`; where such a value
+    is a graph output, its group writes ``<name>.blocked`` and an Identity group after it the
+    row-major output (groups stay in order)."""
+    from graph.fusion import FusedGroup
+    chosen = choose_blocked(graph, groups)
+    if not set(chosen) & set(graph.outputs):
+        return graph, groups, chosen
+    layouts, out_groups, types = {}, [], dict(graph.types)
+    for g in groups:
+        out = g.outputs[0] if g.outputs else None
+        if out not in chosen:
+            out_groups.append(g)
+            continue
+        if out not in graph.outputs:
+            layouts[out] = chosen[out]
+            out_groups.append(g)
+            continue
+        inner = f"{out}.blocked"
+        while inner in types:
+            inner += "_"
+        types[inner] = graph.types[out]
+        last = g.nodes[-1].with_(outputs=(inner,))
+        out_groups.append(dataclasses.replace(g, nodes=g.nodes[:-1] + (last,), outputs=(inner,)))
+        copy = Node(f"{g.nodes[-1].name}.relayout", "Identity", (inner,), (out,))
+        out_groups.append(FusedGroup((copy,), (inner,), (out,), Pattern.ELEMWISE))
+        layouts[inner] = chosen[out]
+    nodes = tuple(n for g in out_groups for n in g.nodes)
+    return graph.replace(nodes=nodes, types=types), out_groups, layouts

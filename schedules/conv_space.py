@@ -34,7 +34,9 @@ from dataclasses import dataclass
 from schedules.lowering.checks import MAX_VECTOR_LANES
 from tensorir.te import AxisKind, Reduce, TensorRead
 from tensorir.te.expr import Binary, BinOp, Const, Var
+from tensorir.tir.analysis.affine import coefficient
 
+from .pool_rows import tile_pool_rows
 from .prefetch import PANEL_DISTANCE, prefetch_decision
 from .tiling import fuse_parallel, split_all
 
@@ -68,6 +70,7 @@ class ConvInfo:
     blocked: bool = False  # the built-in blocked form (conv2d_nchwc): layouts given, nothing packed
     cb: int = 0            # its blocks of input and output channels
     kb: int = 0
+    stride: int = 1        # of a 1x1 convolution without padding (rows and columns alike), else 1
 
 
 def _bare(e, var_set) -> Var | None:
@@ -132,8 +135,13 @@ def _match(g, st) -> ConvInfo | None:
             continue
         K, P, Q = st.shape[1], st.shape[2], st.shape[3]
         C = K if depthwise else d.tensor.shape[1]
+        R, S = w.tensor.shape[2], w.tensor.shape[3]
+        stride = 1
+        if R * S == 1 and pad is None and not depthwise:
+            sh, sw = coefficient(di[2], p), coefficient(di[3], q)
+            stride = sh if sh == sw and sh and sh > 1 else 1
         return ConvInfo(st.name, g.name_of(d.tensor), pad, g.name_of(w.tensor), depthwise, C, K, P, Q,
-                        w.tensor.shape[2], w.tensor.shape[3], "" if depthwise else c.name, r.name, s.name)
+                        R, S, "" if depthwise else c.name, r.name, s.name, stride=stride)
     return None
 
 
@@ -302,6 +310,11 @@ def _vectorize_copy(s, loop: str, lanes: int):
 def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
     """Schedule convolution ``info`` (see the module docstring); returns ``(schedule, stages done)``."""
     name = info.anchor
+    if info.weights is None and not info.blocked:
+        # pooling reduces nothing across channels: on the NCHW rows, no channel blocks (decision 033)
+        src.hint(f"{name}.pool_rows", True)
+        if src.choose(f"{name}.pool_rows", [False, True]):
+            return tile_pool_rows(space, s, src, info, epilogue)
     st = s._state.stage(name)
     lanes = space.lanes(st.dtype)
     kb0, qt0, pt0 = heuristic_tile(info, lanes, space.registers)
@@ -365,8 +378,15 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
         if not info.depthwise and cb >= info.C:
             src.hint(f"{name}.data_rows_inner", info.C < 16)
             rows_inner = src.choose(f"{name}.data_rows_inner", [False, True])
+        # a strided 1x1 reads every stride-th row and column only: the pack copies just those (a
+        # quarter of the data at stride 2), and the convolution runs stride 1 on the copy
+        subsample = False
+        if info.stride > 1:
+            src.hint(f"{name}.data_subsample", True)
+            subsample = src.choose(f"{name}.data_subsample", [False, True])
         s = s.pack(info.data, {1: cb}, order=["0", "1.o", "1.i", "2", "3"] if rows_inner else
-                   ["0", "1.o", "2", "3", "1.i"], consumers=[name])
+                   ["0", "1.o", "2", "3", "1.i"], consumers=[name],
+                   strides={2: info.stride, 3: info.stride} if subsample else None)
         packs.append(s.trace[-1].outputs[0])
         if info.pad_stage is not None:
             s = s.compute_inline(info.pad_stage)

@@ -58,10 +58,14 @@ def tile_pool_rows(space, s, src, info, epilogue: str | None):
     src.hint(f"{name}.row_pt", max(d for d in p_opts if d == 1 or d * Q <= TASK_VALUES))
     pt = src.choose(f"{name}.row_pt", p_opts)
 
-    pack = None
+    pack, pad_at = None, None
     if info.pad_stage is not None:
-        s = s.pack(info.data, {}, order=["0", "1", "2", "3"], consumers=[name])
-        pack = s.trace[-1].outputs[0]
+        # the padding read in place (its test on every tap, masked loads), or copied as padded rows
+        src.hint(f"{name}.pad_at", "task")
+        pad_at = src.choose(f"{name}.pad_at", ["task", "row", "inline", "root"])
+        if pad_at != "inline":
+            s = s.pack(info.data, {}, order=["0", "1", "2", "3"], consumers=[name])
+            pack = s.trace[-1].outputs[0]
         s = s.compute_inline(info.pad_stage)
 
     outer, local = epilogue, name
@@ -86,7 +90,7 @@ def tile_pool_rows(space, s, src, info, epilogue: str | None):
     s = s.reorder(n_l, c_l, p_l, q0, r, s_, q1)
     s = _vectorize_row(s, q1, lanes)
     if pack is not None:
-        where = src.choose(f"{name}.pad_at", ["row", "task", "root"])
+        where = pad_at
         if where == "root":
             s = space._elementwise(s, src, pack, keep_outer=False)
         else:
@@ -100,8 +104,10 @@ def tile_pool_rows(space, s, src, info, epilogue: str | None):
     if s.extent(s_) > 1 and src.choose(f"{name}.unroll_taps", [True, False]):
         s = s.unroll(s_)
     done = {name, outer, local}
+    if info.pad_stage is not None:
+        done.add(info.pad_stage)
     if pack is not None:
-        done |= {pack, info.pad_stage}
+        done.add(pack)
     return s, done
 
 

@@ -48,12 +48,24 @@ def _anchor(workload):
 @pytest.mark.parametrize("workload,params", POOLS, ids=[f"{w}-{i}" for i, (w, _) in enumerate(POOLS)])
 def test_pooling_on_rows_computes_what_numpy_computes(workload, params):
     space = GeneratedSpace(get_workload(workload).make(**params), AVX512)
-    d = space.default_decisions()
-    assert d[f"{_anchor(workload)}.pool_rows"] is True
-    _check(space.apply(FixedDecisions(d)), workload, params)
-    # the channel-blocked form stays in the space
-    _check(space.apply(FixedDecisions(space.default_decisions({f"{_anchor(workload)}.pool_rows": False}))),
-           workload, params)
+    for rows in (True, False):      # the channel-blocked form stays in the space
+        _check(space.apply(FixedDecisions(space.default_decisions({f"{_anchor(workload)}.pool_rows": rows}))),
+               workload, params)
+
+
+@pytest.mark.parametrize("where", ["task", "row", "inline", "root"])
+def test_every_place_of_the_padding_computes_what_numpy_computes(where):
+    for workload, params in (POOLS[0], POOLS[4]):
+        space = GeneratedSpace(get_workload(workload).make(**params), AVX512)
+        a = _anchor(workload)
+        _check(space.apply(FixedDecisions(space.default_decisions({f"{a}.pool_rows": True, f"{a}.pad_at": where}))),
+               workload, params)
+
+
+def test_the_start_pools_on_rows_where_a_strided_window_fills_half_a_vector():
+    starts = [GeneratedSpace(get_workload(w).make(**p), AVX512).default_decisions()[f"{_anchor(w)}.pool_rows"]
+              for w, p in POOLS]
+    assert starts == [True, False, False, False, False, False, True]    # (Q: 12, 5, 148, 4, 14, 1, 17)
 
 
 @pytest.mark.parametrize("seed", range(4))

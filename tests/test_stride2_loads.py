@@ -53,3 +53,23 @@ def test_stride3_still_gathers():
     a, out = rand(3 * n), np.zeros(n, np.float32)
     run(f, a, out)
     np.testing.assert_array_equal(out, a[::3])
+
+
+@pytest.mark.parametrize("lanes", [16, 8, 2])
+def test_a_masked_stride2_load_reads_only_the_enabled_lanes(lanes):
+    """Lanes past the row are off: their elements lie past the guarded page and must not be read."""
+    n = 3 * lanes // 2          # the last vector has lanes // 2 enabled lanes
+    A, B = buf("A", (2 * n - 1,)), buf("B", (2 * lanes,))
+    i, j = Var("i"), Var("j")
+    q = i * lanes + j
+    from tensorir.te.expr import Binary, BinOp, Const
+    from tensorir.tir.ir import IfThenElse
+    body = IfThenElse(Binary(BinOp.LT, q, Const(n, "int32")), st(B, (q,), ld(A, q * 2)))
+    f = PrimFunc(f"masked_every_other_{lanes}", (A, B), loop(i, 2, loop(j, lanes, body, VECTORIZED)))
+    text = str(codegen(prepared(f)))
+    assert "masked.load" in text and "masked.gather" not in text
+    a = _at_page_end(2 * n - 1)
+    a[:] = rand(a.shape)
+    out = np.zeros(2 * lanes, np.float32)
+    run(f, a, out)
+    np.testing.assert_array_equal(out[:n], a[::2])

@@ -28,6 +28,7 @@ import numpy as np
 from logs import TuningLog
 from schedules import Schedule
 from schedules.decisions import DecisionSource
+from schedules.errors import ScheduleError
 from schedules.space import FixedDecisions, GeneratedSpace
 from tensorir.ops.library import unpack_nchwc
 from tensorir.runtime import build
@@ -45,6 +46,10 @@ def _conv(C, H, K, R, stride, pad):
 
 def _dw(C, H, stride):
     return ("depthwise_conv2d", dict(N=1, C=C, H=H, W=H, R=3, S=3, stride=stride, pad=1))
+
+
+def _pool(workload, C, H, R, stride, pad):
+    return (workload, dict(N=1, C=C, H=H, W=H, R=R, S=R, stride=stride, pad=pad))
 
 
 # name -> (workload, parameters); the input size is the layer's, not the network's
@@ -108,6 +113,14 @@ LAYERS = {
     "pooling": {   # not convolutions: reported apart, no target
         "maxpool3x3s2@112": ("max_pool2d", dict(N=1, C=64, H=112, W=112, R=3, S=3, stride=2, pad=1)),
         "avgpool2x2s2@28": ("avg_pool2d", dict(N=1, C=128, H=28, W=28, R=2, S=2, stride=2, pad=0)),
+    },
+    "pools": {     # more pooling shapes (strides 1 and 2, odd sizes, a global-ish window), no target
+        "maxpool3x3s1@28": _pool("max_pool2d", 96, 28, 3, 1, 1),
+        "maxpool2x2s2@56": _pool("max_pool2d", 64, 56, 2, 2, 0),
+        "maxpool3x3s2@57": _pool("max_pool2d", 48, 57, 3, 2, 1),
+        "avgpool3x3s1@14": _pool("avg_pool2d", 160, 14, 3, 1, 1),
+        "avgpool7x7@7": _pool("avg_pool2d", 512, 7, 7, 1, 0),
+        "avgpool3x3s2@35": _pool("avg_pool2d", 72, 35, 3, 2, 0),
     },
 }
 
@@ -243,11 +256,12 @@ def parse_variant(text: str) -> dict:
 
 class _Variant(DecisionSource):
     """The heuristic start with ``override`` changed; a start value that the change made unavailable
-    (a pack's vector width after a new channel block) becomes the nearest choice offered."""
+    (a pack's vector width after a new channel block) becomes the nearest choice offered, and a
+    decision the start does not make (another path of the rule) the heuristic's ``fallback``."""
 
-    def __init__(self, start: dict, override: dict):
+    def __init__(self, start: dict, override: dict, fallback: dict | None = None):
         super().__init__()
-        self.start, self.override = start, override
+        self.start, self.override = {**(fallback or {}), **start}, override
 
     def _pick(self, name, choices):
         if name in self.override:
@@ -272,7 +286,12 @@ def run_variants(net: str, name: str, threads: int, args) -> list:
     start = space.default_decisions()
     traces = {"heuristic": space.apply(FixedDecisions(start)).to_json()}
     for v in args.variant:
-        traces[v] = space.apply(_Variant(start, parse_variant(v))).to_json()
+        override = parse_variant(v)
+        try:
+            fallback = space.default_decisions(override)
+        except ScheduleError:
+            fallback = {}
+        traces[v] = space.apply(_Variant(start, override, fallback)).to_json()
     t = compare_variants(spec, traces, threads, args.rounds, constants_of(spec, args.pack_per_call))
     print(f"{net} {name} t={threads}: heuristic start {' '.join(f'{k}={v}' for k, v in start.items())}")
     rows = []
@@ -306,7 +325,8 @@ def geomean(values) -> float:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--net", default="resnet18,mobilenetv2",
-                    help="resnet18, mobilenetv2, other (odd shapes), pooling (comma-separated)")
+                    help="resnet18, mobilenetv2, other (odd shapes), pooling, pools (more pooling shapes) "
+                         "(comma-separated)")
     ap.add_argument("--only", default="", help="comma-separated layer names (see LAYERS); default: all")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--trials", type=int, default=64)

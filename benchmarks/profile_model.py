@@ -71,7 +71,8 @@ def _override(tensors, overrides: dict, threads: int):
     hit = {k: overrides[k.rsplit(".", 1)[-1]] for k in dec if k.rsplit(".", 1)[-1] in overrides}
     if not hit or all(dec[k] == v for k, v in hit.items()):
         return None
-    schedule = space.apply(FixedDecisions({**dec, **hit}))
+    # decisions the start does not make (another path of a rule, e.g. pool_rows=False) are the heuristic's
+    schedule = space.apply(FixedDecisions({**space.default_decisions(hit), **dec, **hit}))
     kernel = build_func(schedule.lower())
     kernel.threads = threads
     kernel.schedule = schedule

@@ -43,7 +43,7 @@ SIGNATURES = {
     "compute_root": (("stage",), (), (0, None)),
     "compute_inline": (("stage",), (), (0, None)),
     "cache_write": (("stage",), (), (1, "stage")),
-    "pack": (("tensor",), ("splits", "order", "consumers"), (1, "stage")),
+    "pack": (("tensor",), ("splits", "order", "consumers", "strides"), (1, "stage")),
     "rfactor": (("stage",), ("factor", "axis"), (1, "stage")),
     # the tensor is an attribute, not an input: it names no handle the trace makes or consumes
     # (tuner.prepack drops the instructions on a pack it moves out, but keeps a prefetch of it)
@@ -154,25 +154,30 @@ def _check_split_attrs(inputs, attrs):
     return attrs
 
 
-def _check_pack_attrs(inputs, attrs):
-    (tname,) = inputs
-    splits = attrs.get("splits", {})
-    if not isinstance(splits, dict):
-        raise PackError("pack", f"splits of {tname} must map a dimension to a block size, like {{1: 16}}; got "
-                        f"{show(splits)}")
+def _dim_map(tname: str, what: str, value, example: str, noun: str) -> dict:
+    """A pack's ``{dimension: positive int}`` attribute (``splits``, ``strides``) with string keys."""
+    if not isinstance(value, dict):
+        raise PackError("pack", f"{what} of {tname} must map a dimension to {example}; got {show(value)}")
     out = {}
-    for d, f in splits.items():
+    for d, f in value.items():
         if isinstance(d, str) and re.fullmatch(r"[0-9]+", d, re.ASCII):
             dim = int(d)
         elif isinstance(d, numbers.Integral) and not isinstance(d, bool):
             dim = int(operator.index(d))
         else:
-            raise PackError("pack", f"splits of {tname} must map a dimension (an integer) to a block size; got "
-                            f"the key {show(d)}")
+            raise PackError("pack", f"{what} of {tname} must map a dimension (an integer) to a positive integer; "
+                            f"got the key {show(d)}")
         if str(dim) in out:
-            raise PackError("pack", f"splits of {tname} give dimension {dim} twice")
-        out[str(dim)] = as_int(f, "pack", f"split factor of dimension {dim} of {tname}")
-    attrs["splits"] = out
+            raise PackError("pack", f"{what} of {tname} give dimension {dim} twice")
+        out[str(dim)] = as_int(f, "pack", f"{noun} of dimension {dim} of {tname}")
+    return out
+
+
+def _check_pack_attrs(inputs, attrs):
+    (tname,) = inputs
+    attrs["splits"] = _dim_map(tname, "splits", attrs.get("splits", {}), "a block size, like {1: 16}", "split factor")
+    if "strides" in attrs:
+        attrs["strides"] = _dim_map(tname, "strides", attrs["strides"], "a step, like {2: 2, 3: 2}", "stride")
     if "order" in attrs:
         order = attrs["order"]
         if not _seq(order) or not all(isinstance(k, str) or (isinstance(k, numbers.Integral) and

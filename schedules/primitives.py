@@ -13,7 +13,8 @@ from __future__ import annotations
 from schedules.errors import (AnnotationError, CacheWriteError, ComputeAtError, ComputeInlineError,
                              FuseError, PackError, ReorderError, RFactorError, SplitError,
                              UnknownHandleError)
-from tensorir.te.expr import Binary, BinOp, const, select
+from tensorir.te.expr import Binary, BinOp, const, expr_str, select
+from tensorir.tir.analysis.affine import Affine, affine
 from tensorir.tir.ir import ForKind
 from tensorir.tir.rewrite import rewrite, substitute
 from schedules.arguments import ERRORS, new_loop_names, new_stage_name, unique_name
@@ -287,6 +288,14 @@ def apply_pack(g, inputs, attrs, outputs):
         if not 0 <= d < n:
             raise PackError("pack", f"tensor {tname} has {n} dimension(s); cannot split dimension {d}")
         splits[d] = min(f, source.shape[d])   # as split does: a block larger than the dimension is the dimension
+    strides = {}
+    for d, step in attrs.get("strides", {}).items():
+        d = int(d)
+        if not 0 <= d < n or d in splits:
+            raise PackError("pack", f"tensor {tname}: a stride needs a dimension of its {n} that is not split, "
+                            f"got dimension {d}")
+        if step > 1:
+            strides[d] = step
     dims = []  # (key, source dim, part) part in {"", "o", "i"}
     for d in range(n):
         if d in splits:
@@ -306,7 +315,7 @@ def apply_pack(g, inputs, attrs, outputs):
     ext = {}
     for k, d, p in dims:
         s = source.shape[d]
-        ext[k] = -(-s // splits[d]) if p == "o" else splits[d] if p == "i" else s
+        ext[k] = -(-s // splits[d]) if p == "o" else splits[d] if p == "i" else -(-s // strides.get(d, 1))
     new_shape = tuple(ext[k] for k in order)
     axes = tuple(IterVar(Var(f"d{k}"), ext[k]) for k in order)
     avar = {k: ax.var for k, ax in zip(order, axes)}
@@ -318,7 +327,7 @@ def apply_pack(g, inputs, attrs, outputs):
                 conds.append(e < source.shape[d])
             old_idx.append(e)
         else:
-            old_idx.append(avar[str(d)])
+            old_idx.append(avar[str(d)] * strides[d] if d in strides else avar[str(d)])
     body = TensorRead(source, tuple(old_idx))
     if conds:
         cond = conds[0]
@@ -328,28 +337,49 @@ def apply_pack(g, inputs, attrs, outputs):
     packed = Tensor(new_shape, source.dtype, name, ComputeOp(axes, body))
     g.names[id(packed)] = name
 
-    def new_index(idx):
+    def new_index(idx, reader):
         parts = {}
         for d, i in enumerate(idx):
             if d in splits:
                 parts[f"{d}.o"] = i // splits[d]
                 parts[f"{d}.i"] = i % splits[d]
+            elif d in strides:
+                parts[str(d)] = _divide_index(i, strides[d], reader, tname, d)
             else:
                 parts[str(d)] = i
         return tuple(parts[k] for k in order)
 
-    def repl(node):
-        if isinstance(node, TensorRead) and node.tensor is source:
-            return TensorRead(packed, new_index(tuple(rewrite(i, repl) for i in node.indices)))
-        return None
-
     for r in readers:
+        def repl(node, r=r):
+            if isinstance(node, TensorRead) and node.tensor is source:
+                return TensorRead(packed, new_index(tuple(rewrite(i, repl) for i in node.indices), r))
+            return None
         r.body = rewrite(r.body, repl)
     stage = make_stage(name, packed, False, origin=StageOrigin.PACK)
     src_stage = g.stage_of(source)
     pos = g.stages.index(src_stage) + 1 if src_stage is not None else 0
     g.stages.insert(pos, stage)
     return [name]
+
+
+def _divide_index(e, step: int, reader: Stage, tname: str, dim: int):
+    """``e // step`` for a reader's index ``e`` that is a multiple of ``step`` (its loops of one
+    iteration count as 0, as a 1x1 window's taps are); else a ``PackError``."""
+    unit = {reader.root_vars[a] for a in reader.root
+            if a in reader.root_vars and a in reader.loops and reader.loops[a].extent == 1}
+    form = affine(e)
+    terms = {}
+    for term, c in form.terms.items():
+        if term in unit:
+            continue
+        if c % step:
+            form = None
+            break
+        terms[term] = c // step
+    if form is None or form.const % step:
+        raise PackError("pack", f"stage {reader.name} reads dimension {dim} of {tname} at {expr_str(e)}, not only at "
+                        f"multiples of its stride {step}", stage=reader.name)
+    return Affine(terms, form.const // step).to_expr()
 
 
 def apply_rfactor(g, inputs, attrs, outputs):

@@ -322,14 +322,17 @@ class Schedule:
         return self._do("cache_write", [stage], None, () if name is None else [name])
 
     def pack(self, tensor, splits: dict, order: list | None = None, consumers: list | None = None,
-             name: str | None = None) -> "Schedule":
+             name: str | None = None, strides: dict | None = None) -> "Schedule":
         """Copy ``tensor`` into a blocked layout and make its readers use the copy.
 
         ``splits`` maps a dimension to a block size; ``order`` lists the new
         dimensions by key (``"0"``, ``"1.o"``, ``"1.i"``).  Matmul's packed B:
         ``pack("B", {1: 16}, order=["1.o", "0", "1.i"])`` gives ``B_pack[j//16, k, j%16]``.
+        ``strides`` maps a dimension to a step: the copy holds every step-th element of it
+        only (its readers must read only those), as a strided 1x1 convolution reads its data:
+        ``pack("X", {1: 16}, strides={2: 2, 3: 2})`` gives ``X_pack[n, c//16, h//2, w//2, c%16]``.
         """
-        attrs = {"splits": splits, "order": order, "consumers": consumers}
+        attrs = {"splits": splits, "order": order, "consumers": consumers, "strides": strides}
         if isinstance(consumers, (list, tuple)):
             attrs["consumers"] = [self._name(c, "pack") for c in consumers]
         return self._do("pack", [tensor], attrs, () if name is None else [name])
@@ -508,6 +511,8 @@ def _python_args(kind: str, inputs: list, attrs: dict, names) -> list:
     elif kind == "pack":
         args.append(repr({int(k): v for k, v in attrs["splits"].items()}))
         args += [f"{k}={attrs[k]!r}" for k in ("order", "consumers") if k in attrs]
+        if "strides" in attrs:
+            args.append(f"strides={ {int(k): v for k, v in attrs['strides'].items()}!r}")
     elif kind == "rfactor":
         args += [f"{k}={attrs[k]!r}" for k in ("factor", "axis") if k in attrs]
     elif kind == "prefetch":

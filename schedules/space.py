@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 
+from schedules.errors import DecisionError
 from schedules.state import AttachKind
 
 from dataclasses import dataclass
@@ -456,9 +457,10 @@ class GeneratedSpace:
         return s, l0, l1, l2
 
     # ------------------------------------------------------------ defaults
-    def default_decisions(self) -> dict:
-        """A heuristic starting point (enqueued before the search explores)."""
-        src = _Heuristic(self)
+    def default_decisions(self, fixed: dict | None = None) -> dict:
+        """A heuristic starting point (enqueued before the search explores); with ``fixed``
+        (name -> value), those decisions forced and the rest the heuristic's."""
+        src = _Heuristic(self, fixed)
         self.apply(src)
         return dict(src.decisions)
 
@@ -468,15 +470,21 @@ class _Heuristic(DecisionSource):
     registers, 6 x 2 with 16; ~256 columns per task), else: no second tile level, 8 tiles per task,
     inner reduction of 2 unrolled, pack, cache_write, parallel, the vector axis's tiles outermost."""
 
-    def __init__(self, space: GeneratedSpace):
+    def __init__(self, space: GeneratedSpace, fixed: dict | None = None):
         super().__init__()
         self.space = space
         self.hints: dict = {}
+        self.fixed = dict(fixed or {})
 
     def hint(self, name, value):
         self.hints[name] = value
 
     def _pick(self, name, choices):
+        if name in self.fixed:
+            if self.fixed[name] not in choices:
+                raise DecisionError("space", f"decision {name!r} = {self.fixed[name]!r} is not one of its "
+                                    f"choices {choices}")
+            return self.fixed[name]
         key = name.rsplit(".", 1)[-1]
         if isinstance(self.hints.get(name), bool) and self.hints[name] in choices:
             return self.hints[name]

@@ -79,8 +79,9 @@ class VectorContext:
             return coef, None
         return coef, Affine(rest, form.const).to_expr()
 
-    def access(self, buf: Buffer, indices):
-        """Classify ``buf[indices]``: ("scalar", ptr), ("contig", ptr), ("local", ptr) or ("gather", ptrs).
+    def access(self, buf: Buffer, indices, load: bool = False):
+        """Classify ``buf[indices]``: ("scalar", ptr), ("contig", ptr), ("local", ptr), ("stride2", ptr)
+        (a ``load`` of every other element) or ("gather", ptrs).
 
         "local" is a contiguous access wholly inside a stack buffer at a
         constant offset: under a mask it is done as a plain load/store plus a
@@ -102,6 +103,8 @@ class VectorContext:
                     if chain is not None and not chain[0] and 0 <= chain[1] <= buf.size - self.lanes:
                         return "local", ptr
                 return "contig", ptr
+            if coef == 2 and load:
+                return "stride2", ptr
             steps = ir.Constant(ir.VectorType(I64, self.lanes), [coef * k for k in range(self.lanes)])
             return "gather", self.vector_gep(ptr, steps, elt)
         off = fg.offset(buf, indices)
@@ -160,8 +163,10 @@ class VectorContext:
         elt, align = LLTYPE[e.dtype], ITEMSIZE[e.dtype]
         vty = ir.VectorType(elt, self.lanes)
         fg.check_access(e.buffer, e.indices, "load")     # checked builds only: the enabled lanes
-        kind, ptr = self.access(e.buffer, e.indices)
+        kind, ptr = self.access(e.buffer, e.indices, load=True)
         align_c = ir.Constant(I32, align)
+        if kind == "stride2":
+            return self._load_stride2(ptr, vty, align)
         if kind == "scalar":
             if self.mask is None:
                 return fg.b.load(ptr, typ=elt, align=align)
@@ -181,6 +186,27 @@ class VectorContext:
         mask = self.all_true() if self.mask is None else self.mask
         return fg.call_intrinsic(f"llvm.masked.gather.{type_suffix(vty)}.v{self.lanes}p0", vty,
                                  [ptr, align_c, mask, zero])
+
+    def _load_stride2(self, ptr, vty, align: int):
+        """Every other element from ``ptr`` (a stride-2 window, a subsampling copy): two contiguous
+        loads that end at the last element read, so nothing past it is touched, and one shuffle
+        (a two-source permute) instead of a gather, which reads the elements one at a time."""
+        b, n = self.fg.b, self.lanes
+        hi_ptr = b.gep(ptr, [ir.Constant(I64, n - 1)], inbounds=self.mask is None, source_etype=vty.element)
+        if self.mask is None:
+            lo, hi = b.load(ptr, typ=vty, align=align), b.load(hi_ptr, typ=vty, align=align)
+        else:
+            # lane k reads element 2k: lo[2k] for k < n/2, else hi[2k - n + 1]; each half loads only the
+            # elements of enabled lanes (a masked load never touches a disabled element)
+            off = ir.Constant(ir.VectorType(I1, n), None)
+            lo_lanes = [j // 2 if j % 2 == 0 else n for j in range(n)]
+            hi_lanes = [(n - 1 + j) // 2 if (n - 1 + j) % 2 == 0 else n for j in range(n)]
+            zero, align_c = ir.Constant(vty, None), ir.Constant(I32, align)
+            lo, hi = (self.fg.call_intrinsic(f"llvm.masked.load.{type_suffix(vty)}.p0", vty, [
+                          p, align_c, b.shuffle_vector(self.mask, off, ir.Constant(ir.VectorType(I32, n), lanes)),
+                          zero]) for p, lanes in ((ptr, lo_lanes), (hi_ptr, hi_lanes)))
+        picks = [2 * k if 2 * k < n else 2 * k + 1 for k in range(n)]   # hi[j] is element n - 1 + j
+        return b.shuffle_vector(lo, hi, ir.Constant(ir.VectorType(I32, n), picks))
 
     def store(self, s: Store) -> None:
         fg = self.fg

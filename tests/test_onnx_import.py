@@ -100,7 +100,7 @@ def test_scan_lists_every_unsupported_op_attribute_and_dimension_at_once():
     msg = str(err.value)
     assert "\n" not in msg
     for part in ["unsupported op types: LSTM (opset 20) at nodes lstm1, lstm2", "NonMaxSuppression (opset 20) at node nms",
-                 "com.example.Foo", "node conv3d (Conv): only 2-d Conv is supported (this one is 3-d)",
+                 "com.example.Foo", "node conv3d (Conv): only 1-d and 2-d Conv are supported (this one is 3-d)",
                  "node relu (Relu): attribute alpha is not supported", "node cast (Cast): to=8 is not supported",
                  "node gelu (Gelu): approximate='fast' is not supported", "node bn (BatchNormalization): training_mode=1",
                  "the training outputs rm, rv", "node pool (MaxPool): the Indices output",

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from graph.onnx_import.nn_ops import axis_of
+from graph.onnx_import.nn_ops import as_2d, axis_of
 from graph.onnx_import.registry import converter, one_of
 
 
@@ -162,30 +162,61 @@ def _lrn(ctx, node):
 # ------------------------------------------------------------------ ConvTranspose
 
 def _check_deconv(node, initializer_shapes) -> list:
-    problems = []
     w = initializer_shapes.get(node.input(1))
     rank = len(node.attrs["kernel_shape"]) if "kernel_shape" in node.attrs else (len(w) - 2 if w else None)
-    if rank is not None and rank != 2:
-        problems.append(f"only 2-d ConvTranspose is supported (this one is {rank}-d)")
-    if "output_shape" in node.attrs:
-        problems.append("output_shape is not supported (give pads and output_padding)")
-    return problems
+    if rank is not None and rank not in (1, 2):
+        return [f"only 1-d and 2-d ConvTranspose are supported (this one is {rank}-d)"]
+    return []
+
+
+def _deconv_pads(node, size: tuple, kernel: tuple, strides: tuple, dilations: tuple, extra: tuple) -> tuple:
+    """(pads as (begins..., ends...), output_padding) of a ConvTranspose. With ``output_shape`` or
+    ``auto_pad=SAME_*`` (output ``size * stride``) the total padding is what the full output
+    exceeds the wanted size by; an odd one goes to the end with SAME_UPPER, else to the beginning
+    (onnxruntime's rule). An output wider than the full one keeps the rest as output_padding."""
+    rank = len(size)
+    auto_pad = node.attr("auto_pad", "NOTSET")
+    wanted = node.attr("output_shape")
+    if wanted is None and not auto_pad.startswith("SAME"):
+        pads = (0,) * 2 * rank if auto_pad == "VALID" else tuple(node.attr("pads", (0,) * 2 * rank))
+        return pads, extra
+    if wanted is None:
+        wanted = tuple(n * s for n, s in zip(size, strides))
+    wanted = tuple(wanted)[-rank:]
+    if len(wanted) != rank:
+        raise node.error(f"output_shape {tuple(wanted)} does not give the {rank} spatial sizes")
+    begins, ends, more = [], [], []
+    for n, k, s, d, e, want in zip(size, kernel, strides, dilations, extra, wanted):
+        full = (n - 1) * s + e + (k - 1) * d + 1
+        total = max(0, full - want)
+        head = total // 2 if auto_pad == "SAME_UPPER" else total - total // 2
+        begins.append(head)
+        ends.append(total - head)
+        more.append(e + want - (full - total))
+    return tuple(begins + ends), tuple(more)
 
 
 @converter("ConvTranspose", check=_check_deconv, attrs={
-    "auto_pad": one_of("NOTSET", "VALID"), "dilations": None, "group": None, "kernel_shape": None,
-    "output_padding": None, "output_shape": None, "pads": None, "strides": None})
+    "auto_pad": one_of("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER"), "dilations": None, "group": None,
+    "kernel_shape": None, "output_padding": None, "output_shape": None, "pads": None, "strides": None})
 def _conv_transpose(ctx, node):
     x, w = ctx.type(node.input(0)), ctx.type(node.input(1))
-    if x.rank != 4 or w.rank != 4:
-        raise node.error(f"only 2-d (NCHW) input is supported, got shapes {x.shape} and {w.shape}")
+    if x.rank not in (3, 4) or w.rank != x.rank:
+        raise node.error(f"only 1-d (NCL) and 2-d (NCHW) input is supported, got shapes {x.shape} and {w.shape}")
+    rank = x.rank - 2
     kernel = tuple(node.attr("kernel_shape", w.shape[2:]))
     if kernel != tuple(w.shape[2:]):
         raise node.error(f"kernel_shape {kernel} differs from the weights' {w.shape[2:]}")
-    pads = (0, 0, 0, 0) if node.attr("auto_pad", "NOTSET") == "VALID" else tuple(node.attr("pads", (0, 0, 0, 0)))
+    strides = tuple(node.attr("strides", (1,) * rank))
+    dilations = tuple(node.attr("dilations", (1,) * rank))
+    pads, extra = _deconv_pads(node, x.shape[2:], kernel, strides, dilations,
+                               tuple(node.attr("output_padding", (0,) * rank)))
+    if rank == 1:
+        as_2d(ctx, node, "ConvTranspose", node.input(0), node.input(1), node.outputs[0], strides, dilations, pads,
+              output_padding=(0, *extra), group=node.attr("group", 1))
+        return
     ctx.emit(node, "ConvTranspose", [node.input(0), node.input(1), node.input(2)], node.outputs[0],
-             strides=tuple(node.attr("strides", (1, 1))), pads=pads, dilations=tuple(node.attr("dilations", (1, 1))),
-             output_padding=tuple(node.attr("output_padding", (0, 0))), group=node.attr("group", 1))
+             strides=strides, pads=pads, dilations=dilations, output_padding=extra, group=node.attr("group", 1))
 
 
 @converter("CumSum", attrs={"exclusive": None, "reverse": None})

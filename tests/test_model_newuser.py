@@ -1,0 +1,106 @@
+"""Small ONNX models of the kinds users bring (not in tests/onnx_models.py), compiled and run
+against onnxruntime: runtime index inputs, 1-d convolutions and pools, Einsum, ConvTranspose
+with auto_pad / output_shape."""
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+ort = pytest.importorskip("onnxruntime")
+
+from graph.runtime.model import ModelInputError  # noqa: E402
+from tuner.model_api import compile_model, load  # noqa: E402
+
+RNG = np.random.default_rng(0)
+
+
+def _model(nodes, inputs, outputs, weights=None, opset=13):
+    inits = [numpy_helper.from_array(np.asarray(a), name) for name, a in (weights or {}).items()]
+    graph = helper.make_graph(nodes, "m", [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    # the outputs' shapes as onnxruntime computes them (the checker wants one on every output)
+    feeds = {i.name: np.zeros([d.dim_value for d in i.type.tensor_type.shape.dim],
+                              helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type))
+             for i in model.graph.input}
+    shapes = [a.shape for a in _ort(model, feeds)]
+    for o, shape in zip(model.graph.output, shapes):
+        o.type.tensor_type.shape.dim.extend([onnx.TensorShapeProto.Dimension(dim_value=d) for d in shape])
+    onnx.checker.check_model(model)
+    return model
+
+
+def _ort(model, feeds):
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.intra_op_num_threads = 1
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def _check(model, feeds, tol=1e-5):
+    compiled = compile_model(load(model), threads=1)
+    got = compiled.run(feeds)
+    want = _ort(model, feeds)
+    for o, w in zip(model.graph.output, want):
+        assert got[o.name].shape == w.shape, o.name
+        assert np.abs(got[o.name] - w).max() <= tol * max(1.0, np.abs(w).max()), o.name
+    return compiled
+
+
+def _w(*shape):
+    return (RNG.standard_normal(shape) * 0.3).astype(np.float32)
+
+
+def test_gather_runtime_indices_checked_and_clamped():
+    # an embedding lookup of int64 token ids given at run time, negative ids counting from the end
+    model = _model([helper.make_node("Gather", ["table", "ids"], ["e"], axis=0),
+                    helper.make_node("Relu", ["e"], ["out"])],
+                   [("ids", TensorProto.INT64, [2, 7])], ["out"], {"table": _w(30, 8)})
+    ids = RNG.integers(-30, 30, (2, 7)).astype(np.int64)
+    compiled = _check(model, {"ids": ids})
+    ids[1, 3] = 30
+    with pytest.raises(ModelInputError, match=r"input 'ids' holds index 30 outside -30\.\.29"):
+        compiled.run({"ids": ids})
+    # past the check (a C caller of the compiled library has none), the kernel clamps: no stray read
+    compiled.index_limits.clear()
+    ids[0, 0], ids[1, 3] = 10 ** 6, -10 ** 6
+    table = numpy_helper.to_array(model.graph.initializer[0])
+    got = compiled.run({"ids": ids})["out"]
+    np.testing.assert_allclose(got[0, 0], np.maximum(table[29], 0), rtol=1e-6)
+    np.testing.assert_allclose(got[1, 3], np.maximum(table[0], 0), rtol=1e-6)
+
+
+def test_1d_conv_and_pools():
+    # Conv1d as PyTorch exports it (bias; groups, strides, dilations; auto_pad), pools with ceil_mode
+    x = [("x", TensorProto.FLOAT, [2, 6, 50])]
+    model = _model([
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], kernel_shape=[3], pads=[1, 1]),
+        helper.make_node("Conv", ["x", "w2"], ["c2"], strides=[2], dilations=[2], group=3, pads=[3, 1]),
+        helper.make_node("Conv", ["x", "w3"], ["c3"], auto_pad="SAME_UPPER", strides=[3]),
+        helper.make_node("MaxPool", ["x"], ["m"], kernel_shape=[3], strides=[2], ceil_mode=1, pads=[1, 1],
+                         dilations=[2]),
+        helper.make_node("AveragePool", ["c1"], ["a1"], kernel_shape=[4], strides=[3], pads=[2, 1], ceil_mode=1),
+        helper.make_node("AveragePool", ["x"], ["a2"], kernel_shape=[3], auto_pad="SAME_LOWER",
+                         count_include_pad=1),
+    ], x, ["c1", "c2", "c3", "m", "a1", "a2"], {"w1": _w(8, 6, 3), "b1": _w(8), "w2": _w(12, 2, 5), "w3": _w(6, 6, 4)})
+    _check(model, {"x": RNG.standard_normal((2, 6, 50)).astype(np.float32)})
+
+
+def test_conv_transpose_auto_pad_output_shape_and_1d():
+    # odd total paddings: onnxruntime puts the odd one at the end with SAME_UPPER, else at the beginning
+    model = _model([
+        helper.make_node("ConvTranspose", ["x", "w"], ["u"], strides=[2, 3], auto_pad="SAME_UPPER"),
+        helper.make_node("ConvTranspose", ["x", "w"], ["l"], strides=[2, 3], auto_pad="SAME_LOWER"),
+        helper.make_node("ConvTranspose", ["x", "w", "b"], ["o1"], strides=[3, 2], output_shape=[30, 27]),
+        helper.make_node("ConvTranspose", ["x", "w"], ["o2"], strides=[3, 2], output_shape=[31, 28]),
+        helper.make_node("ConvTranspose", ["x", "w"], ["o3"], strides=[3, 2], output_shape=[29, 26],
+                         auto_pad="SAME_UPPER"),
+    ], [("x", TensorProto.FLOAT, [2, 8, 10, 13])], ["u", "l", "o1", "o2", "o3"], {"w": _w(8, 3, 3, 3), "b": _w(3)})
+    _check(model, {"x": RNG.standard_normal((2, 8, 10, 13)).astype(np.float32)})
+    model = _model([
+        helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], strides=[2], pads=[2, 1], output_padding=[1]),
+        helper.make_node("ConvTranspose", ["x", "w2"], ["z"], strides=[3], group=2, auto_pad="SAME_UPPER",
+                         dilations=[2]),
+    ], [("x", TensorProto.FLOAT, [2, 6, 20])], ["y", "z"], {"w": _w(6, 4, 5), "b": _w(4), "w2": _w(6, 2, 4)})
+    _check(model, {"x": RNG.standard_normal((2, 6, 20)).astype(np.float32)})

@@ -104,3 +104,21 @@ def test_conv_transpose_auto_pad_output_shape_and_1d():
                          dilations=[2]),
     ], [("x", TensorProto.FLOAT, [2, 6, 20])], ["y", "z"], {"w": _w(6, 4, 5), "b": _w(4), "w2": _w(6, 2, 4)})
     _check(model, {"x": RNG.standard_normal((2, 6, 20)).astype(np.float32)})
+
+
+def test_einsum_equations_match_onnxruntime():
+    # attention scores and mixing, ellipsis batches, implicit output, a sum to a scalar, three operands
+    cases = [("bhqd,bhkd->bhqk", "q", "k"), ("bhqk,bhkd->bhqd", "s", "k"), ("...qd,de->...qe", "q", "w"),
+             ("bhqd,de", "q", "w"), ("bhqd->hd", "q"), ("bhqd,bhqd->", "q", "q"), ("bhqd,de,ef->bhqf", "q", "w", "v")]
+    nodes = [helper.make_node("Einsum", list(ins), [f"y{i}"], equation=eq) for i, (eq, *ins) in enumerate(cases)]
+    shapes = {"q": [2, 3, 5, 4], "k": [2, 3, 6, 4], "s": [2, 3, 5, 6]}
+    model = _model(nodes, [(n, TensorProto.FLOAT, s) for n, s in shapes.items()], [f"y{i}" for i in range(len(cases))],
+                   {"w": _w(4, 7), "v": _w(7, 3)})
+    _check(model, {n: RNG.standard_normal(s).astype(np.float32) for n, s in shapes.items()})
+
+
+def test_einsum_diagonal_is_refused_in_one_line():
+    model = _model([helper.make_node("Einsum", ["x"], ["y"], equation="ii->i")], [("x", TensorProto.FLOAT, [3, 3])],
+                   ["y"])
+    with pytest.raises(ValueError, match=r"^[^\n]*a letter repeated in one operand \(a diagonal\) is not supported"):
+        load(model)

@@ -122,3 +122,21 @@ def test_einsum_diagonal_is_refused_in_one_line():
                    ["y"])
     with pytest.raises(ValueError, match=r"^[^\n]*a letter repeated in one operand \(a diagonal\) is not supported"):
         load(model)
+
+
+def test_conv_transpose_with_known_weights_runs_as_a_conv_over_phases():
+    # the decoder shapes of UNets and GANs: k2 s2, k4 s2 p1, k3 s2 p1 + output_padding, k3 s1; then
+    # the same with the weights given at run time (the ConvTranspose kernel itself)
+    x = [("x", TensorProto.FLOAT, [2, 8, 7, 9])]
+    cases = [dict(strides=[2, 2]), dict(strides=[2, 2], pads=[1, 1, 1, 1]),
+             dict(strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1]), dict(pads=[1, 1, 1, 1])]
+    kernels = [(2, 2), (4, 4), (3, 3), (3, 3)]
+    nodes = [helper.make_node("ConvTranspose", ["x", f"w{i}", "b"], [f"y{i}"], **a) for i, a in enumerate(cases)]
+    weights = {f"w{i}": _w(8, 4, *k) for i, k in enumerate(kernels)}
+    model = _model(nodes, x, [f"y{i}" for i in range(4)], dict(weights, b=_w(4)))
+    compiled = _check(model, {"x": RNG.standard_normal((2, 8, 7, 9)).astype(np.float32)})
+    assert compiled.info["plan"].graph.op_counts().get("ConvTranspose", 0) == 0
+    model = _model([helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[2, 2], pads=[1, 1, 1, 1])],
+                   x + [("w", TensorProto.FLOAT, [8, 4, 4, 4])], ["y"])
+    compiled = _check(model, {"x": RNG.standard_normal((2, 8, 7, 9)).astype(np.float32), "w": _w(8, 4, 4, 4)})
+    assert compiled.info["plan"].graph.op_counts()["ConvTranspose"] == 1

@@ -215,8 +215,49 @@ def _conv_transpose(ctx, node):
         as_2d(ctx, node, "ConvTranspose", node.input(0), node.input(1), node.outputs[0], strides, dilations, pads,
               output_padding=(0, *extra), group=node.attr("group", 1))
         return
+    if dilations == (1, 1) and node.attr("group", 1) == 1 and ctx.is_known(node.input(1)):
+        _deconv_as_conv(ctx, node, strides, pads, extra)
+        return
     ctx.emit(node, "ConvTranspose", [node.input(0), node.input(1), node.input(2)], node.outputs[0],
              strides=strides, pads=pads, dilations=dilations, output_padding=extra, group=node.attr("group", 1))
+
+
+def _deconv_as_conv(ctx, node, strides: tuple, pads: tuple, extra: tuple) -> None:
+    """A ConvTranspose with known weights as one stride-1 Conv whose output channels are (channel,
+    row phase, column phase), then the phases interleaved (Reshape, Transpose, Reshape) and cropped
+    (Slice): output row ``P = p + pad`` is ``x[P // s - t] * w[P % s + t * s]`` summed over taps ``t``,
+    a dense convolution per phase, so the convolution kernels run it and no multiplication meets the
+    zeros of a spread-out input."""
+    n, c, h, wd = ctx.type(node.input(0)).shape
+    w = ctx.known[node.input(1)]
+    _, m, r, s = w.shape
+    (sh, sw), (pt, pl, pb, pr) = strides, pads
+    t, u = -(-r // sh), -(-s // sw)
+    full = np.zeros((c, m, t * sh, u * sw), w.dtype)
+    full[:, :, :r, :s] = w
+    # phase (ph, pw) of output channel k reads tap (t-1-i, u-1-j) at input offset (i, j)
+    phased = full.reshape(c, m, t, sh, u, sw).transpose(1, 3, 5, 0, 2, 4)[..., ::-1, ::-1]
+    weight = ctx.fresh(f"{node.name}/phase_weights")
+    ctx.set_known(weight, np.ascontiguousarray(phased.reshape(m * sh * sw, c, t, u)))
+    p_ = (h - 1) * sh + r - pt - pb + extra[0]
+    q_ = (wd - 1) * sw + s - pl - pr + extra[1]
+    rows, cols = (p_ - 1 + pt) // sh + 1, (q_ - 1 + pl) // sw + 1
+    bias = ""
+    if node.input(2) and ctx.is_known(node.input(2)):
+        bias = ctx.fresh(f"{node.name}/phase_bias")
+        ctx.set_known(bias, np.repeat(ctx.known[node.input(2)], sh * sw))
+    y = ctx.emit(node, "Conv", [node.input(0), weight, bias], strides=(1, 1), dilations=(1, 1), group=1,
+                 pads=(t - 1, u - 1, max(0, rows - h), max(0, cols - wd)))
+    h2, w2 = ctx.type(y).shape[2:]
+    y = ctx.emit(node, "Reshape", [y], shape=(n, m, sh, sw, h2, w2))
+    y = ctx.emit(node, "Transpose", [y], perm=(0, 1, 4, 2, 5, 3))
+    y = ctx.emit(node, "Reshape", [y], shape=(n, m, h2 * sh, w2 * sw))
+    if node.input(2) and not bias:
+        y = ctx.emit(node, "Slice", [y], starts=(pt, pl), ends=(pt + p_, pl + q_), axes=(2, 3), steps=(1, 1))
+        b = ctx.emit(node, "Reshape", [node.input(2)], shape=(m, 1, 1))
+        ctx.emit(node, "Add", [y, b], node.outputs[0])
+        return
+    ctx.emit(node, "Slice", [y], node.outputs[0], starts=(pt, pl), ends=(pt + p_, pl + q_), axes=(2, 3), steps=(1, 1))
 
 
 @converter("CumSum", attrs={"exclusive": None, "reverse": None})

@@ -140,3 +140,27 @@ def test_conv_transpose_with_known_weights_runs_as_a_conv_over_phases():
                    x + [("w", TensorProto.FLOAT, [8, 4, 4, 4])], ["y"])
     compiled = _check(model, {"x": RNG.standard_normal((2, 8, 7, 9)).astype(np.float32), "w": _w(8, 4, 4, 4)})
     assert compiled.info["plan"].graph.op_counts()["ConvTranspose"] == 1
+
+
+def test_cli_run_takes_a_dynamic_inputs_shape_from_its_array(tmp_path, capsys):
+    from tuner.cli import main
+    model = _model([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+                    helper.make_node("Relu", ["c"], ["y"])], [("x", TensorProto.FLOAT, [2, 3, 8, 8])], ["y"],
+                   {"w": _w(4, 3, 3, 3)})
+    for d, name in zip(model.graph.input[0].type.tensor_type.shape.dim, ("N", None, "H", "W")):
+        if name:
+            d.dim_param = name
+    path = tmp_path / "dyn.onnx"
+    onnx.save(model, path)
+    x = RNG.standard_normal((3, 3, 11, 7)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    assert main(["run", str(path), "--input", f"x={tmp_path / 'x.npy'}", "--output", str(tmp_path / "o.npz"),
+                 "--threads", "1"]) == 0
+    want = _ort(model, {"x": x})[0]
+    np.testing.assert_allclose(np.load(tmp_path / "o.npz")["y"], want, rtol=1e-5, atol=1e-5)
+    # an array of another rank: the pinned shape does not fit, in one line
+    capsys.readouterr()
+    np.save(tmp_path / "x.npy", x[0])
+    assert main(["run", str(path), "--input", f"x={tmp_path / 'x.npy'}", "--output", str(tmp_path / "o.npz")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "input x is [N,3,H,W] in the model, pinned as [3, 11, 7]" in err[0]

@@ -164,3 +164,15 @@ def test_cli_run_takes_a_dynamic_inputs_shape_from_its_array(tmp_path, capsys):
     assert main(["run", str(path), "--input", f"x={tmp_path / 'x.npy'}", "--output", str(tmp_path / "o.npz")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "input x is [N,3,H,W] in the model, pinned as [3, 11, 7]" in err[0]
+
+
+@pytest.mark.parametrize("attrs", [{}, {"coordinate_transformation_mode": "align_corners"},
+                                   {"coordinate_transformation_mode": "pytorch_half_pixel", "cubic_coeff_a": -0.5},
+                                   {"exclude_outside": 1}])
+def test_resize_cubic_matches_onnxruntime(attrs):
+    # PyTorch's bicubic upsampling (and a downscale, where taps fall outside the input)
+    x = [("x", TensorProto.FLOAT, [2, 3, 10, 13])]
+    model = _model([helper.make_node("Resize", ["x", "", "up"], ["u"], mode="cubic", **attrs),
+                    helper.make_node("Resize", ["x", "", "down"], ["d"], mode="cubic", **attrs)], x, ["u", "d"],
+                   {"up": np.array([1, 1, 2, 1.5], np.float32), "down": np.array([1, 1, 0.6, 0.4], np.float32)})
+    _check(model, {"x": RNG.standard_normal((2, 3, 10, 13)).astype(np.float32)})

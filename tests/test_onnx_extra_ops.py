@@ -382,13 +382,13 @@ def test_resize_axes_of_opset_18():
 
 
 def test_resize_refusals_in_one_error():
-    nodes = [node("Resize", ["x", "", "s"], ["a"], mode="cubic"),
+    nodes = [node("Resize", ["x", "", "s"], ["a"], mode="linear", antialias=1),
              helper.make_node("Resize", ["a", "", "s"], ["y"], name="crop",
                               coordinate_transformation_mode="tf_crop_and_resize")]
     model = helper.make_model(helper.make_graph(
         nodes, "g", [helper.make_tensor_value_info("x", 1, [1, 1, 2, 2])], [helper.make_tensor_value_info("y", 1, None)],
-        [numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "s")]), opset_imports=[helper.make_opsetid("", 13)])
-    with pytest.raises(OnnxImportError, match=r"resize0 \(Resize\): mode='cubic' is not supported .*crop \(Resize\): "
+        [numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "s")]), opset_imports=[helper.make_opsetid("", 18)])
+    with pytest.raises(OnnxImportError, match=r"resize0 \(Resize\): antialias=1 is not supported .*crop \(Resize\): "
                                               r"coordinate_transformation_mode='tf_crop_and_resize' is not supported"):
         load_onnx(model)
 

@@ -40,7 +40,7 @@ Defined in ``activation``, ``extra``, ``reduce_extra`` and ``deconv``:
   output phases followed by their interleaving).
 
 Imported as existing kinds (no op of their own): ONNX's variadic Sum, Mean, Max, Min (chains of
-Add/Max/Min, Mean with a Div), Split (a Slice per output), Resize nearest/linear (Gathers with
+Add/Max/Min, Mean with a Div), Split (a Slice per output), Resize nearest/linear/cubic (Gathers with
 import-time index maps, linear weighted by constants), GlobalMaxPool (ReduceMax),
 DepthToSpace/SpaceToDepth (Reshape, Transpose, Reshape), InstanceNormalization,
 GroupNormalization and ReduceLogSumExp (their arithmetic in existing kinds), Einsum (ReduceSum,

@@ -176,3 +176,16 @@ def test_resize_cubic_matches_onnxruntime(attrs):
                     helper.make_node("Resize", ["x", "", "down"], ["d"], mode="cubic", **attrs)], x, ["u", "d"],
                    {"up": np.array([1, 1, 2, 1.5], np.float32), "down": np.array([1, 1, 0.6, 0.4], np.float32)})
     _check(model, {"x": RNG.standard_normal((2, 3, 10, 13)).astype(np.float32)})
+
+
+def test_opset_11_model_is_converted_and_keeps_its_semantics():
+    # ONNX model zoo style: opset 11, Softmax over a coerced 2-d view, Split/Unsqueeze/ReduceSum attributes
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Softmax", ["c"], ["sm"], axis=1),
+             helper.make_node("ReduceSum", ["sm"], ["rs"], axes=[2], keepdims=1),
+             helper.make_node("Unsqueeze", ["rs"], ["y"], axes=[0]),
+             helper.make_node("Split", ["c"], ["s1", "s2"], axis=1, split=[3, 5]),
+             helper.make_node("Clip", ["s2", "lo", "hi"], ["z"])]
+    weights = {"w": _w(8, 3, 3, 3), "b": _w(8), "lo": np.float32(-0.1), "hi": np.float32(0.2)}
+    model = _model(nodes, [("x", TensorProto.FLOAT, [2, 3, 6, 7])], ["y", "s1", "z"], weights, opset=11)
+    _check(model, {"x": RNG.standard_normal((2, 3, 6, 7)).astype(np.float32)})

@@ -189,3 +189,16 @@ def test_opset_11_model_is_converted_and_keeps_its_semantics():
     weights = {"w": _w(8, 3, 3, 3), "b": _w(8), "lo": np.float32(-0.1), "hi": np.float32(0.2)}
     model = _model(nodes, [("x", TensorProto.FLOAT, [2, 3, 6, 7])], ["y", "s1", "z"], weights, opset=11)
     _check(model, {"x": RNG.standard_normal((2, 3, 6, 7)).astype(np.float32)})
+
+
+def test_grouped_conv_with_wide_groups_runs_as_dense_convs():
+    # ResNeXt's grouped 3x3 (4 groups of 16 channels): one dense Conv per group, then a Concat; a
+    # depthwise-like one (32 groups of 2) stays one grouped Conv
+    nodes = [helper.make_node("Conv", ["x", "w4", "b"], ["c4"], group=4, pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("Relu", ["c4"], ["y4"]),
+             helper.make_node("Conv", ["x", "w32"], ["y32"], group=32, pads=[1, 1, 1, 1])]
+    model = _model(nodes, [("x", TensorProto.FLOAT, [2, 64, 9, 11])], ["y4", "y32"],
+                   {"w4": _w(64, 16, 3, 3), "b": _w(64), "w32": _w(64, 2, 3, 3)})
+    compiled = _check(model, {"x": RNG.standard_normal((2, 64, 9, 11)).astype(np.float32)})
+    groups = sorted(n.attr("group", 1) for n in compiled.info["plan"].graph.nodes if n.op == "Conv")
+    assert groups == [1, 1, 1, 1, 32]

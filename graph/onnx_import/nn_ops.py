@@ -119,8 +119,33 @@ def _conv(ctx, node):
         as_2d(ctx, node, "Conv", node.input(0), node.input(1), node.outputs[0], strides, dilations, pads,
               group=node.attr("group", 1))
         return
+    group = node.attr("group", 1)
+    if 1 < group <= MAX_SPLIT_GROUPS and min(x.shape[1], w.shape[0]) // group >= MIN_SPLIT_CHANNELS:
+        _split_groups(ctx, node, group, strides=strides, pads=pads, dilations=dilations)
+        return
     ctx.emit(node, "Conv", [node.input(0), node.input(1), node.input(2)], node.outputs[0],
-             strides=strides, pads=pads, dilations=dilations, group=node.attr("group", 1))
+             strides=strides, pads=pads, dilations=dilations, group=group)
+
+
+# A grouped Conv with few wide groups (ResNeXt's 4 groups of 16 channels and more) runs as one dense
+# Conv per group between Slices and a Concat: the convolution rule of the schedule space blocks dense
+# convolutions and depthwise ones, and a group of many channels is neither.
+MAX_SPLIT_GROUPS = 8
+MIN_SPLIT_CHANNELS = 8
+
+
+def _split_groups(ctx, node, group: int, **attrs) -> None:
+    c = ctx.type(node.input(0)).shape[1]
+    m = ctx.type(node.input(1)).shape[0]
+    cg, kg = c // group, m // group
+    parts = []
+    for i in range(group):
+        x = ctx.emit(node, "Slice", [node.input(0)], starts=(i * cg,), ends=((i + 1) * cg,), axes=(1,), steps=(1,))
+        w = ctx.emit(node, "Slice", [node.input(1)], starts=(i * kg,), ends=((i + 1) * kg,), axes=(0,), steps=(1,))
+        b = ctx.emit(node, "Slice", [node.input(2)], starts=(i * kg,), ends=((i + 1) * kg,), axes=(0,),
+                     steps=(1,)) if node.input(2) else ""
+        parts.append(ctx.emit(node, "Conv", [x, w, b], group=1, **attrs))
+    ctx.emit(node, "Concat", parts, node.outputs[0], axis=1)
 
 
 POOL_ATTRS = {"auto_pad": AUTO_PAD, "ceil_mode": None, "kernel_shape": None, "pads": None, "strides": None}

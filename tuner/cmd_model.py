@@ -110,9 +110,15 @@ def read_inputs(items) -> dict:
         if name in feeds:
             raise CLIError(f"--input {name} is given twice")
         try:
+            with open(path, "rb") as f:
+                head = f.read(6)
+            if head != b"\x93NUMPY" and not head.startswith(b"PK"):      # neither .npy nor .npz
+                raise CLIError(f"--input {name}: {path} is not a .npy array (no .npy header; save it with numpy.save)")
             feeds[name] = np.load(path, allow_pickle=False)
         except FileNotFoundError:
             raise CLIError(f"--input {name}: file {path} not found") from None
+        except CLIError:
+            raise
         except Exception as err:  # noqa: BLE001 - whatever np.load makes of a file that is not .npy (EOFError...)
             raise CLIError(f"--input {name}: {path} is not a .npy array ({_line(err) or type(err).__name__})") from None
         if not isinstance(feeds[name], np.ndarray):

@@ -206,3 +206,22 @@ def test_grouped_conv_with_wide_groups_runs_as_dense_convs():
     compiled = _check(model, {"x": RNG.standard_normal((2, 64, 9, 11)).astype(np.float32)})
     groups = sorted(n.attr("group", 1) for n in compiled.info["plan"].graph.nodes if n.op == "Conv")
     assert groups == [1, 1, 1, 1, 32]
+
+
+def test_scatter_and_gather_nd_with_known_indices():
+    # x[:, 0] = y as exporters write it (ScatterND), ScatterElements on an axis, GatherND with batch_dims
+    nodes = [helper.make_node("ScatterND", ["x", "i1", "u1"], ["a"]),
+             helper.make_node("ScatterElements", ["x", "i2", "u2"], ["b"], axis=1),
+             helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("GatherND", ["r", "i3"], ["c"]),
+             helper.make_node("GatherND", ["x", "i4"], ["d"], batch_dims=1)]
+    weights = {"i1": np.array([[0, 1], [1, -1], [0, 3]], np.int64), "u1": _w(3, 4),
+               "i2": np.array([[[0, 2, 1, 4]], [[3, 3, -1, 0]]], np.int64), "u2": _w(2, 1, 4),
+               "i3": np.array([[[0, 1], [1, 2]], [[1, 4], [0, 0]]], np.int64), "i4": np.array([[[2, 1]], [[0, 3]]], np.int64)}
+    model = _model(nodes, [("x", TensorProto.FLOAT, [2, 5, 4])], ["a", "b", "c", "d"], weights, opset=16)
+    _check(model, {"x": RNG.standard_normal((2, 5, 4)).astype(np.float32)})
+    model = _model([helper.make_node("ScatterND", ["x", "i", "u"], ["y"])],
+                   [("x", TensorProto.FLOAT, [2, 5, 4]), ("i", TensorProto.INT64, [3, 2])], ["y"], {"u": _w(3, 4)},
+                   opset=16)
+    with pytest.raises(ValueError, match=r"^[^\n]*ScatterND\): indices computed at run time are not supported"):
+        load(model)

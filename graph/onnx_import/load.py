@@ -14,7 +14,7 @@ import onnx.version_converter
 from onnx import numpy_helper
 
 from graph.ir import Graph
-from graph.onnx_import import composite, einsum, extra_ops, nn_ops, resize, tensor_ops  # noqa: F401  (registers the converters)
+from graph.onnx_import import composite, einsum, extra_ops, nn_ops, resize, scatter, tensor_ops  # noqa: F401  (registers the converters)
 from graph.onnx_import.context import ImportContext
 from graph.onnx_import.errors import OnnxImportError
 from graph.onnx_import.registry import CONVERTERS, MIN_OPSET

@@ -44,7 +44,8 @@ Add/Max/Min, Mean with a Div), Split (a Slice per output), Resize nearest/linear
 import-time index maps, linear weighted by constants), GlobalMaxPool (ReduceMax),
 DepthToSpace/SpaceToDepth (Reshape, Transpose, Reshape), InstanceNormalization,
 GroupNormalization and ReduceLogSumExp (their arithmetic in existing kinds), Einsum (ReduceSum,
-Transpose, Reshape, batched MatMul). 1-d Conv, MaxPool, AveragePool and ConvTranspose (N, C, L) run
+Transpose, Reshape, batched MatMul), ScatterND, ScatterElements and GatherND with indices known at
+import time (a Concat of the flattened inputs and one Gather with a constant map). 1-d Conv, MaxPool, AveragePool and ConvTranspose (N, C, L) run
 as their 2-d kinds over (N, C, 1, L) between Reshapes.
 
 ONNX's Flatten, Squeeze and Unsqueeze become Reshape; Shape, ConstantOfShape, Range, Constant

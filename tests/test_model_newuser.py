@@ -137,7 +137,11 @@ def test_conv_transpose_with_known_weights_runs_as_a_conv_over_phases():
     kernels = [(2, 2), (4, 4), (3, 3), (3, 3)]
     nodes = [helper.make_node("ConvTranspose", ["x", f"w{i}", "b"], [f"y{i}"], **a) for i, a in enumerate(cases)]
     weights = {f"w{i}": _w(8, 4, *k) for i, k in enumerate(kernels)}
-    model = _model(nodes, x, [f"y{i}" for i in range(4)], dict(weights, b=_w(4)))
+    # FCN's per-channel (group = channels) bilinear-style upsampling, and 2 groups of 4 channels
+    nodes += [helper.make_node("ConvTranspose", ["x", "wd"], ["y4"], group=8, strides=[2, 2], pads=[1, 1, 1, 1]),
+              helper.make_node("ConvTranspose", ["x", "wg", "bg"], ["y5"], group=2, strides=[2, 3], pads=[1, 0, 1, 1])]
+    weights.update(wd=_w(8, 1, 4, 4), wg=_w(8, 3, 3, 3), bg=_w(6))
+    model = _model(nodes, x, [f"y{i}" for i in range(6)], dict(weights, b=_w(4)))
     compiled = _check(model, {"x": RNG.standard_normal((2, 8, 7, 9)).astype(np.float32)})
     assert compiled.info["plan"].graph.op_counts().get("ConvTranspose", 0) == 0
     model = _model([helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[2, 2], pads=[1, 1, 1, 1])],

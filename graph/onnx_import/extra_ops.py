@@ -211,34 +211,47 @@ def _conv_transpose(ctx, node):
     dilations = tuple(node.attr("dilations", (1,) * rank))
     pads, extra = _deconv_pads(node, x.shape[2:], kernel, strides, dilations,
                                tuple(node.attr("output_padding", (0,) * rank)))
+    phases = all(d == 1 for d in dilations) and ctx.is_known(node.input(1))
+    if rank == 1 and phases:        # as 2-d over (N, C, 1, L)
+        n, c, length = x.shape
+        w = ctx.known[node.input(1)]
+        x2 = ctx.emit(node, "Reshape", [node.input(0)], shape=(n, c, 1, length))
+        y = _deconv_as_conv(ctx, node, x2, w.reshape(w.shape[0], w.shape[1], 1, w.shape[2]), (1, *strides),
+                            (0, pads[0], 0, pads[1]), (0, *extra), None)
+        shape = ctx.type(y).shape
+        ctx.emit(node, "Reshape", [y], node.outputs[0], shape=(shape[0], shape[1], shape[3]))
+        return
     if rank == 1:
         as_2d(ctx, node, "ConvTranspose", node.input(0), node.input(1), node.outputs[0], strides, dilations, pads,
               output_padding=(0, *extra), group=node.attr("group", 1))
         return
-    if dilations == (1, 1) and node.attr("group", 1) == 1 and ctx.is_known(node.input(1)):
-        _deconv_as_conv(ctx, node, strides, pads, extra)
+    if phases:
+        _deconv_as_conv(ctx, node, node.input(0), ctx.known[node.input(1)], strides, pads, extra, node.outputs[0])
         return
     ctx.emit(node, "ConvTranspose", [node.input(0), node.input(1), node.input(2)], node.outputs[0],
              strides=strides, pads=pads, dilations=dilations, output_padding=extra, group=node.attr("group", 1))
 
 
-def _deconv_as_conv(ctx, node, strides: tuple, pads: tuple, extra: tuple) -> None:
-    """A ConvTranspose with known weights as one stride-1 Conv whose output channels are (channel,
-    row phase, column phase), then the phases interleaved (Reshape, Transpose, Reshape) and cropped
+def _deconv_as_conv(ctx, node, x: str, w: np.ndarray, strides: tuple, pads: tuple, extra: tuple,
+                    out: str | None) -> str:
+    """A ConvTranspose with known weights as one stride-1 Conv (of the same groups) whose output
+    channels are (channel, row phase, column phase), then the phases interleaved (Reshape, Transpose, Reshape) and cropped
     (Slice): output row ``P = p + pad`` is ``x[P // s - t] * w[P % s + t * s]`` summed over taps ``t``,
     a dense convolution per phase, so the convolution kernels run it and no multiplication meets the
-    zeros of a spread-out input."""
-    n, c, h, wd = ctx.type(node.input(0)).shape
-    w = ctx.known[node.input(1)]
-    _, m, r, s = w.shape
+    zeros of a spread-out input. ``x`` (N, C, H, W), weights ``w``; returns the result (``out`` if given)."""
+    n, c, h, wd = ctx.type(x).shape
+    _, mg, r, s = w.shape
+    group = node.attr("group", 1)
+    m, cg = mg * group, c // group
     (sh, sw), (pt, pl, pb, pr) = strides, pads
     t, u = -(-r // sh), -(-s // sw)
-    full = np.zeros((c, m, t * sh, u * sw), w.dtype)
+    full = np.zeros((c, mg, t * sh, u * sw), w.dtype)
     full[:, :, :r, :s] = w
-    # phase (ph, pw) of output channel k reads tap (t-1-i, u-1-j) at input offset (i, j)
-    phased = full.reshape(c, m, t, sh, u, sw).transpose(1, 3, 5, 0, 2, 4)[..., ::-1, ::-1]
+    # phase (ph, pw) of output channel k reads tap (t-1-i, u-1-j) at input offset (i, j); output
+    # channels (group, channel in group, row phase, column phase), so each group's stay together
+    phased = full.reshape(group, cg, mg, t, sh, u, sw).transpose(0, 2, 4, 6, 1, 3, 5)[..., ::-1, ::-1]
     weight = ctx.fresh(f"{node.name}/phase_weights")
-    ctx.set_known(weight, np.ascontiguousarray(phased.reshape(m * sh * sw, c, t, u)))
+    ctx.set_known(weight, np.ascontiguousarray(phased.reshape(m * sh * sw, cg, t, u)))
     p_ = (h - 1) * sh + r - pt - pb + extra[0]
     q_ = (wd - 1) * sw + s - pl - pr + extra[1]
     rows, cols = (p_ - 1 + pt) // sh + 1, (q_ - 1 + pl) // sw + 1
@@ -246,7 +259,7 @@ def _deconv_as_conv(ctx, node, strides: tuple, pads: tuple, extra: tuple) -> Non
     if node.input(2) and ctx.is_known(node.input(2)):
         bias = ctx.fresh(f"{node.name}/phase_bias")
         ctx.set_known(bias, np.repeat(ctx.known[node.input(2)], sh * sw))
-    y = ctx.emit(node, "Conv", [node.input(0), weight, bias], strides=(1, 1), dilations=(1, 1), group=1,
+    y = ctx.emit(node, "Conv", [x, weight, bias], strides=(1, 1), dilations=(1, 1), group=group,
                  pads=(t - 1, u - 1, max(0, rows - h), max(0, cols - wd)))
     h2, w2 = ctx.type(y).shape[2:]
     y = ctx.emit(node, "Reshape", [y], shape=(n, m, sh, sw, h2, w2))
@@ -255,9 +268,8 @@ def _deconv_as_conv(ctx, node, strides: tuple, pads: tuple, extra: tuple) -> Non
     if node.input(2) and not bias:
         y = ctx.emit(node, "Slice", [y], starts=(pt, pl), ends=(pt + p_, pl + q_), axes=(2, 3), steps=(1, 1))
         b = ctx.emit(node, "Reshape", [node.input(2)], shape=(m, 1, 1))
-        ctx.emit(node, "Add", [y, b], node.outputs[0])
-        return
-    ctx.emit(node, "Slice", [y], node.outputs[0], starts=(pt, pl), ends=(pt + p_, pl + q_), axes=(2, 3), steps=(1, 1))
+        return ctx.emit(node, "Add", [y, b], out)
+    return ctx.emit(node, "Slice", [y], out, starts=(pt, pl), ends=(pt + p_, pl + q_), axes=(2, 3), steps=(1, 1))
 
 
 @converter("CumSum", attrs={"exclusive": None, "reverse": None})

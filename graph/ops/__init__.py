@@ -36,7 +36,7 @@ Defined in ``activation``, ``extra``, ``reduce_extra`` and ``deconv``:
   TopK(axis >= 0, k, largest, output: 0 values | 1 int64 indices; one node per ONNX output used);
 - [OUT_FUSABLE]: ConvTranspose (2-d NCHW; strides, pads (4), dilations, output_padding (2), group;
   bias optional; the importer resolves ONNX's output_shape and auto_pad=SAME_* into pads and
-  output_padding, and turns one with known weights, group 1 and no dilation into a Conv over the
+  output_padding, and turns one with known weights and no dilation into a Conv over the
   output phases followed by their interleaving).
 
 Imported as existing kinds (no op of their own): ONNX's variadic Sum, Mean, Max, Min (chains of

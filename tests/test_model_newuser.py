@@ -229,3 +229,12 @@ def test_scatter_and_gather_nd_with_known_indices():
                    opset=16)
     with pytest.raises(ValueError, match=r"^[^\n]*ScatterND\): indices computed at run time are not supported"):
         load(model)
+
+
+@pytest.mark.parametrize("name, kwargs", [("resnext_block", dict(channels=32, groups=4, size=9)),
+                                          ("unet_up", dict(channels=16, size=7))])
+def test_new_builders_match_onnxruntime(name, kwargs):
+    models = pytest.importorskip("tests.onnx_models")
+    model = getattr(models, name)(**kwargs)
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    _check(model, {"input": RNG.standard_normal(shape).astype(np.float32)})

@@ -233,3 +233,42 @@ def bert_layer(seq: int = 128, hidden: int = 768, heads: int = 12, batch: int = 
     out = m.node("Add", [_linear(m, ff, "/output/dense", inter, hidden), h1], "/output")
     out = _layer_norm(m, out, "/output/LayerNorm", hidden)
     return m.model("bert_layer", (batch, seq, hidden), out, (batch, seq, hidden))
+
+
+# ------------------------------------------------------------------ ResNeXt block and UNet decoder step
+
+def resnext_block(batch: int = 2, channels: int = 64, groups: int = 4, size: int = 56, seed: int = 0,
+                  opset: int = 13) -> onnx.ModelProto:
+    """A ResNeXt bottleneck (BatchNorm folded into biased convs): 1x1 + Relu, grouped 3x3 + Relu,
+    1x1, residual Add + Relu."""
+    m = ModelMaker(seed, opset)
+
+    def conv(x, scope, c_in, c_out, k, group):
+        param = scope.strip("/").replace("/", ".")
+        w = m.weight(f"{param}.weight", (c_out, c_in // group, k, k), math.sqrt(2 / (c_in // group * k * k)))
+        return m.node("Conv", [x, w, m.weight(f"{param}.bias", (c_out,), 0.1)], scope, kernel_shape=[k, k],
+                      pads=[k // 2] * 4, group=group)
+
+    y = m.node("Relu", [conv("input", "/conv1", channels, channels, 1, 1)], "/relu1")
+    y = m.node("Relu", [conv(y, "/conv2", channels, channels, 3, groups)], "/relu2")
+    y = m.node("Relu", [m.node("Add", [conv(y, "/conv3", channels, channels, 1, 1), "input"], "/add")], "/relu")
+    shape = (batch, channels, size, size)
+    return m.model("resnext_block", shape, y, shape)
+
+
+def unet_up(batch: int = 2, channels: int = 64, size: int = 28, seed: int = 0, opset: int = 13) -> onnx.ModelProto:
+    """A UNet decoder step: ConvTranspose (k2 s2, halving the channels), Concat with a skip tensor
+    (here the input upsampled by Resize nearest, a 1x1 conv to match), 3x3 conv + Relu."""
+    m = ModelMaker(seed, opset)
+    half = channels // 2
+    up = m.node("ConvTranspose", ["input", m.weight("up.weight", (channels, half, 2, 2), 1 / math.sqrt(channels)),
+                                  m.weight("up.bias", (half,), 0.1)], "/up", kernel_shape=[2, 2], strides=[2, 2])
+    skip = m.node("Resize", ["input", "", m.init("/skip/scales", np.array([1, 1, 2, 2], np.float32))], "/skip",
+                  mode="nearest")
+    skip = m.node("Conv", [skip, m.weight("skip.weight", (half, channels, 1, 1), 1 / math.sqrt(channels))], "/skip/conv",
+                  kernel_shape=[1, 1])
+    y = m.node("Concat", [up, skip], "/cat", axis=1)
+    y = m.node("Conv", [y, m.weight("conv.weight", (half, channels, 3, 3), math.sqrt(2 / (9 * channels))),
+                        m.weight("conv.bias", (half,), 0.1)], "/conv", kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    y = m.node("Relu", [y], "/relu")
+    return m.model("unet_up", (batch, channels, size, size), y, (batch, half, 2 * size, 2 * size))

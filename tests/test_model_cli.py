@@ -117,7 +117,7 @@ def test_compile_writes_library_header_weights(files, capsys):
 @pytest.mark.parametrize("argv, match", [
     (["run", "{tmp}/none.onnx", "--input", "x={tmp}/x.npy", "--output", "{tmp}/o.npz"], "does not exist"),
     (["run", "{tmp}/bad.onnx", "--input", "x={tmp}/x.npy", "--output", "{tmp}/o.npz"], ""),
-    (["run", "{path}", "--input", "x={tmp}/x.npy", "--output", "{tmp}/o.npz"], "symbolic"),
+    (["run", "{path}", "--output", "{tmp}/o.npz"], "symbolic"),     # (an --input would give its shape)
     (["run", "{path}", "--shape", "x=4x16", "--input", "x={tmp}/x.npy", "--output", "{tmp}/o.npz"],
      r"input 'x' has shape \(3, 16\), expected \(4, 16\)"),
     (["run", "{path}", "--shape", "x=3x16", "--input", "x={tmp}/nope.npy", "--output", "{tmp}/o.npz"], "not found"),

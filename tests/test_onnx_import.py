@@ -100,7 +100,7 @@ def test_scan_lists_every_unsupported_op_attribute_and_dimension_at_once():
     msg = str(err.value)
     assert "\n" not in msg
     for part in ["unsupported op types: LSTM (opset 20) at nodes lstm1, lstm2", "NonMaxSuppression (opset 20) at node nms",
-                 "com.example.Foo", "node conv3d (Conv): only 2-d Conv is supported (this one is 3-d)",
+                 "com.example.Foo", "node conv3d (Conv): only 1-d and 2-d Conv are supported (this one is 3-d)",
                  "node relu (Relu): attribute alpha is not supported", "node cast (Cast): to=8 is not supported",
                  "node gelu (Gelu): approximate='fast' is not supported", "node bn (BatchNormalization): training_mode=1",
                  "the training outputs rm, rv", "node pool (MaxPool): the Indices output",
@@ -130,10 +130,18 @@ def test_an_op_newer_than_the_model_opset_is_named_as_such():
         load_onnx(model)
 
 
-@pytest.mark.parametrize("opset", [12, LATEST + 1])
-def test_opsets_outside_13_to_current_are_refused_in_one_line(opset):
-    model = _model([helper.make_node("Relu", ["x"], ["y"])], [_f("x", [2])], [_f("y", [2])], opset=opset)
-    with pytest.raises(OnnxImportError, match=rf"opset {opset} is not supported \(supported: 13 to {LATEST};"):
+def test_opsets_past_the_current_are_refused_in_one_line():
+    model = _model([helper.make_node("Relu", ["x"], ["y"])], [_f("x", [2])], [_f("y", [2])], opset=LATEST + 1)
+    with pytest.raises(OnnxImportError, match=rf"opset {LATEST + 1} is not supported \(supported: 13 to {LATEST};"):
+        load_onnx(model)
+
+
+def test_older_opsets_are_converted_or_refused_in_one_line():
+    model = _model([helper.make_node("Relu", ["x"], ["y"])], [_f("x", [2])], [_f("y", [2])], opset=12)
+    assert load_onnx(model).op_counts() == {"Relu": 1}
+    model = _model([helper.make_node("FooBar", ["x"], ["y"])], [_f("x", [2])], [_f("y", [2])], opset=11)
+    with pytest.raises(OnnxImportError, match=r"^[^\n]*opset 11 is not supported \(supported: 13 to \d+\) and "
+                                              r"onnx.version_converter cannot convert it \(Op '%s' has no"):
         load_onnx(model)
 
 

@@ -25,7 +25,8 @@ def add_parser(sub) -> None:
                        "start) and run it on the --input arrays; OUT.npz holds the outputs keyed by their "
                        "ONNX names.")
     r.add_argument("model", metavar="MODEL.onnx")
-    r.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy", help="an input (repeatable)")
+    r.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
+                   help="an input (repeatable); an input with symbolic dimensions takes its array's shape")
     _shape_arg(r)
     r.add_argument("--output", required=True, metavar="OUT.npz")
     r.add_argument("--log", action="append", help="tuning log searched first (repeatable)")
@@ -81,6 +82,19 @@ def load_graph(path: str, shapes: dict):
         raise CLIError(f"cannot read model {path}: {_line(err)}") from None
 
 
+def _symbolic_inputs(path: str) -> list:
+    """Names of the model's inputs with a dimension that is not a fixed size (none when the file
+    does not parse: loading it reports that)."""
+    try:
+        import onnx
+        model = onnx.load(path, load_external_data=False)
+    except Exception:  # noqa: BLE001 - load_graph says what is wrong with the file
+        return []
+    weights = {t.name for t in model.graph.initializer}
+    return [i.name for i in model.graph.input if i.name not in weights and any(
+        not d.HasField("dim_value") or d.dim_value <= 0 for d in i.type.tensor_type.shape.dim)]
+
+
 def _line(err) -> str:
     from .text import one_line
     return one_line(err)
@@ -96,9 +110,15 @@ def read_inputs(items) -> dict:
         if name in feeds:
             raise CLIError(f"--input {name} is given twice")
         try:
+            with open(path, "rb") as f:
+                head = f.read(6)
+            if head != b"\x93NUMPY" and not head.startswith(b"PK"):      # neither .npy nor .npz
+                raise CLIError(f"--input {name}: {path} is not a .npy array (no .npy header; save it with numpy.save)")
             feeds[name] = np.load(path, allow_pickle=False)
         except FileNotFoundError:
             raise CLIError(f"--input {name}: file {path} not found") from None
+        except CLIError:
+            raise
         except Exception as err:  # noqa: BLE001 - whatever np.load makes of a file that is not .npy (EOFError...)
             raise CLIError(f"--input {name}: {path} is not a .npy array ({_line(err) or type(err).__name__})") from None
         if not isinstance(feeds[name], np.ndarray):
@@ -128,7 +148,11 @@ def cmd_run(args) -> int:
         raise CLIError(f"--output {out}: folder {folder} does not exist")
     feeds = read_inputs(args.input)
     t0 = time.perf_counter()
-    graph = load_graph(args.model, parse_shapes(args.shape))
+    shapes = parse_shapes(args.shape)
+    for name in _symbolic_inputs(args.model):
+        if name in feeds and name not in shapes:      # a dynamic input takes the shape of its array
+            shapes[name] = tuple(feeds[name].shape)
+    graph = load_graph(args.model, shapes)
     model = _compile(graph, args.log, args.threads)
     t1 = time.perf_counter()
     try:

@@ -98,7 +98,12 @@ def header_source(model: CompiledModel, name: str) -> str:
         return (f" *   [{'%d'}] {_comment(buf.name)}: {C_TYPES[buf.storage_dtype]}"
                 f"{''.join(f'[{d}]' for d in buf.storage_shape)}"
                 + (f" (the model's {buf.dtype}, passed as {buf.storage_dtype})" if buf.dtype != buf.storage_dtype else ""))
-    ins = [entry(b) % n for n, b in enumerate(model.input_ids)]
+    def limit(b):
+        n, where = model.index_limits[b]
+        return f" *       (indexes {_comment(where)}: values in {-n}..{n - 1}; others are clamped to the ends)"
+    ins = []
+    for n, b in enumerate(model.input_ids):
+        ins += [entry(b) % n] + ([limit(b)] if b in model.index_limits else [])
     outs = [entry(b) % n for n, b in enumerate(model.output_ids)]
     guard = f"TENSORTUNE_MODEL_{''.join(c if c.isalnum() else '_' for c in name).upper()}_H"
     return "\n".join([

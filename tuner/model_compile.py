@@ -179,7 +179,23 @@ def assemble(plan: Plan, kernels: dict, info: dict | None = None) -> CompiledMod
     unread = {b for b in constants if b not in read_directly}
     for b in unread:
         constants[b] = np.zeros(constants[b].shape, constants[b].dtype)
-    return CompiledModel(graph.name, buffers, inputs, outputs, constants, steps, info, unread=unread)
+    return CompiledModel(graph.name, buffers, inputs, outputs, constants, steps, info, unread=unread,
+                         index_limits=_index_limits(graph, ids))
+
+
+def _index_limits(graph: Graph, ids: dict) -> dict:
+    """Model inputs read as Gather / GatherElements indices: buffer id -> (axis length, node)."""
+    limits: dict = {}
+    for node in graph.nodes:
+        if node.op not in ("Gather", "GatherElements") or node.inputs[1] not in graph.inputs:
+            continue
+        data = graph.types[node.inputs[0]]
+        axis = node.attr("axis", 0)
+        n = data.shape[axis % len(data.shape)]
+        b = ids[node.inputs[1]]
+        if b not in limits or n < limits[b][0]:
+            limits[b] = (n, f"{node.op} {node.name}")
+    return limits
 
 
 def compile_graph(graph: Graph, log=None, threads: int | None = None, passes: bool = True,

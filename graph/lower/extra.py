@@ -14,6 +14,7 @@ from itertools import product
 from graph.lower.core import LoweringError, lit, storage_dtype
 from graph.lower.elementwise import lowering
 from graph.lower.nn import row_indexing
+from graph.lower.shape import clamp_index
 from tensorir import te
 
 # ReduceProd multiplies the reduced elements out explicitly (te has no product reducer): at most this many
@@ -292,8 +293,7 @@ def _gather_elements(ctx, node, ins, outs):
     n = data.shape[axis]
 
     def f(*i):
-        j = indices(*i)
-        j = te.if_then_else(j < 0, j + n, j)
+        j = clamp_index(indices(*i), n)
         return data(*(list(i[:axis]) + [j] + list(i[axis + 1:])))
     return [ctx.emit(outs[0].shape, outs[0].dtype, f, "gather_elements")]
 

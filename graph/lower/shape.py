@@ -110,6 +110,14 @@ def _slice(ctx, node, ins, outs):
     return [ctx.emit(outs[0].shape, outs[0].dtype, f, "slice")]
 
 
+def clamp_index(j, n: int):
+    """A runtime index ``j`` into an axis of ``n``: negative counts from the end, and any index
+    outside ``-n..n-1`` is clamped to the nearest end, so no read leaves the buffer (onnxruntime
+    refuses such an index; the runtime checks the model's own index inputs before a run)."""
+    j = te.if_then_else(j < 0, j + n, j)
+    return te.min(te.max(j, 0), n - 1)
+
+
 @lowering("Gather")
 def _gather(ctx, node, ins, outs):
     data, indices = ins
@@ -135,7 +143,7 @@ def _gather(ctx, node, ins, outs):
     def g(*i):
         i = list(i)
         j = indices(*i[axis:axis + r])
-        if known is None:     # runtime indices may be negative
-            j = te.if_then_else(j < 0, j + n_axis, j)
+        if known is None:     # runtime indices may be negative, and are kept inside the table
+            j = clamp_index(j, n_axis)
         return data(*(i[:axis] + [j] + i[axis + r:]))
     return [ctx.emit(outs[0].shape, outs[0].dtype, g, "gather")]

@@ -1,4 +1,5 @@
-"""ONNX import: ``load_onnx(path_or_model, shapes=None) -> Graph`` (opsets 13 to the current one).
+"""ONNX import: ``load_onnx(path_or_model, shapes=None) -> Graph`` (opsets 13 to the current one;
+older models are converted to 13 by ``onnx.version_converter`` first).
 
 The whole model is scanned first and refused in one :class:`OnnxImportError` listing every
 unsupported op type, attribute value and unpinned symbolic dimension; then it is converted to

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from graph.onnx_import.nn_ops import axis_of
+from graph.onnx_import.nn_ops import as_2d, axis_of
 from graph.onnx_import.registry import converter, one_of
 
 
@@ -162,30 +162,114 @@ def _lrn(ctx, node):
 # ------------------------------------------------------------------ ConvTranspose
 
 def _check_deconv(node, initializer_shapes) -> list:
-    problems = []
     w = initializer_shapes.get(node.input(1))
     rank = len(node.attrs["kernel_shape"]) if "kernel_shape" in node.attrs else (len(w) - 2 if w else None)
-    if rank is not None and rank != 2:
-        problems.append(f"only 2-d ConvTranspose is supported (this one is {rank}-d)")
-    if "output_shape" in node.attrs:
-        problems.append("output_shape is not supported (give pads and output_padding)")
-    return problems
+    if rank is not None and rank not in (1, 2):
+        return [f"only 1-d and 2-d ConvTranspose are supported (this one is {rank}-d)"]
+    return []
+
+
+def _deconv_pads(node, size: tuple, kernel: tuple, strides: tuple, dilations: tuple, extra: tuple) -> tuple:
+    """(pads as (begins..., ends...), output_padding) of a ConvTranspose. With ``output_shape`` or
+    ``auto_pad=SAME_*`` (output ``size * stride``) the total padding is what the full output
+    exceeds the wanted size by; an odd one goes to the end with SAME_UPPER, else to the beginning
+    (onnxruntime's rule). An output wider than the full one keeps the rest as output_padding."""
+    rank = len(size)
+    auto_pad = node.attr("auto_pad", "NOTSET")
+    wanted = node.attr("output_shape")
+    if wanted is None and not auto_pad.startswith("SAME"):
+        pads = (0,) * 2 * rank if auto_pad == "VALID" else tuple(node.attr("pads", (0,) * 2 * rank))
+        return pads, extra
+    if wanted is None:
+        wanted = tuple(n * s for n, s in zip(size, strides))
+    wanted = tuple(wanted)[-rank:]
+    if len(wanted) != rank:
+        raise node.error(f"output_shape {tuple(wanted)} does not give the {rank} spatial sizes")
+    begins, ends, more = [], [], []
+    for n, k, s, d, e, want in zip(size, kernel, strides, dilations, extra, wanted):
+        full = (n - 1) * s + e + (k - 1) * d + 1
+        total = max(0, full - want)
+        head = total // 2 if auto_pad == "SAME_UPPER" else total - total // 2
+        begins.append(head)
+        ends.append(total - head)
+        more.append(e + want - (full - total))
+    return tuple(begins + ends), tuple(more)
 
 
 @converter("ConvTranspose", check=_check_deconv, attrs={
-    "auto_pad": one_of("NOTSET", "VALID"), "dilations": None, "group": None, "kernel_shape": None,
-    "output_padding": None, "output_shape": None, "pads": None, "strides": None})
+    "auto_pad": one_of("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER"), "dilations": None, "group": None,
+    "kernel_shape": None, "output_padding": None, "output_shape": None, "pads": None, "strides": None})
 def _conv_transpose(ctx, node):
     x, w = ctx.type(node.input(0)), ctx.type(node.input(1))
-    if x.rank != 4 or w.rank != 4:
-        raise node.error(f"only 2-d (NCHW) input is supported, got shapes {x.shape} and {w.shape}")
+    if x.rank not in (3, 4) or w.rank != x.rank:
+        raise node.error(f"only 1-d (NCL) and 2-d (NCHW) input is supported, got shapes {x.shape} and {w.shape}")
+    rank = x.rank - 2
     kernel = tuple(node.attr("kernel_shape", w.shape[2:]))
     if kernel != tuple(w.shape[2:]):
         raise node.error(f"kernel_shape {kernel} differs from the weights' {w.shape[2:]}")
-    pads = (0, 0, 0, 0) if node.attr("auto_pad", "NOTSET") == "VALID" else tuple(node.attr("pads", (0, 0, 0, 0)))
+    strides = tuple(node.attr("strides", (1,) * rank))
+    dilations = tuple(node.attr("dilations", (1,) * rank))
+    pads, extra = _deconv_pads(node, x.shape[2:], kernel, strides, dilations,
+                               tuple(node.attr("output_padding", (0,) * rank)))
+    phases = all(d == 1 for d in dilations) and ctx.is_known(node.input(1))
+    if rank == 1 and phases:        # as 2-d over (N, C, 1, L)
+        n, c, length = x.shape
+        w = ctx.known[node.input(1)]
+        x2 = ctx.emit(node, "Reshape", [node.input(0)], shape=(n, c, 1, length))
+        y = _deconv_as_conv(ctx, node, x2, w.reshape(w.shape[0], w.shape[1], 1, w.shape[2]), (1, *strides),
+                            (0, pads[0], 0, pads[1]), (0, *extra), None)
+        shape = ctx.type(y).shape
+        ctx.emit(node, "Reshape", [y], node.outputs[0], shape=(shape[0], shape[1], shape[3]))
+        return
+    if rank == 1:
+        as_2d(ctx, node, "ConvTranspose", node.input(0), node.input(1), node.outputs[0], strides, dilations, pads,
+              output_padding=(0, *extra), group=node.attr("group", 1))
+        return
+    if phases:
+        _deconv_as_conv(ctx, node, node.input(0), ctx.known[node.input(1)], strides, pads, extra, node.outputs[0])
+        return
     ctx.emit(node, "ConvTranspose", [node.input(0), node.input(1), node.input(2)], node.outputs[0],
-             strides=tuple(node.attr("strides", (1, 1))), pads=pads, dilations=tuple(node.attr("dilations", (1, 1))),
-             output_padding=tuple(node.attr("output_padding", (0, 0))), group=node.attr("group", 1))
+             strides=strides, pads=pads, dilations=dilations, output_padding=extra, group=node.attr("group", 1))
+
+
+def _deconv_as_conv(ctx, node, x: str, w: np.ndarray, strides: tuple, pads: tuple, extra: tuple,
+                    out: str | None) -> str:
+    """A ConvTranspose with known weights as one stride-1 Conv (of the same groups) whose output
+    channels are (channel, row phase, column phase), then the phases interleaved (Reshape, Transpose, Reshape) and cropped
+    (Slice): output row ``P = p + pad`` is ``x[P // s - t] * w[P % s + t * s]`` summed over taps ``t``,
+    a dense convolution per phase, so the convolution kernels run it and no multiplication meets the
+    zeros of a spread-out input. ``x`` (N, C, H, W), weights ``w``; returns the result (``out`` if given)."""
+    n, c, h, wd = ctx.type(x).shape
+    _, mg, r, s = w.shape
+    group = node.attr("group", 1)
+    m, cg = mg * group, c // group
+    (sh, sw), (pt, pl, pb, pr) = strides, pads
+    t, u = -(-r // sh), -(-s // sw)
+    full = np.zeros((c, mg, t * sh, u * sw), w.dtype)
+    full[:, :, :r, :s] = w
+    # phase (ph, pw) of output channel k reads tap (t-1-i, u-1-j) at input offset (i, j); output
+    # channels (group, channel in group, row phase, column phase), so each group's stay together
+    phased = full.reshape(group, cg, mg, t, sh, u, sw).transpose(0, 2, 4, 6, 1, 3, 5)[..., ::-1, ::-1]
+    weight = ctx.fresh(f"{node.name}/phase_weights")
+    ctx.set_known(weight, np.ascontiguousarray(phased.reshape(m * sh * sw, cg, t, u)))
+    p_ = (h - 1) * sh + r - pt - pb + extra[0]
+    q_ = (wd - 1) * sw + s - pl - pr + extra[1]
+    rows, cols = (p_ - 1 + pt) // sh + 1, (q_ - 1 + pl) // sw + 1
+    bias = ""
+    if node.input(2) and ctx.is_known(node.input(2)):
+        bias = ctx.fresh(f"{node.name}/phase_bias")
+        ctx.set_known(bias, np.repeat(ctx.known[node.input(2)], sh * sw))
+    y = ctx.emit(node, "Conv", [x, weight, bias], strides=(1, 1), dilations=(1, 1), group=group,
+                 pads=(t - 1, u - 1, max(0, rows - h), max(0, cols - wd)))
+    h2, w2 = ctx.type(y).shape[2:]
+    y = ctx.emit(node, "Reshape", [y], shape=(n, m, sh, sw, h2, w2))
+    y = ctx.emit(node, "Transpose", [y], perm=(0, 1, 4, 2, 5, 3))
+    y = ctx.emit(node, "Reshape", [y], shape=(n, m, h2 * sh, w2 * sw))
+    if node.input(2) and not bias:
+        y = ctx.emit(node, "Slice", [y], starts=(pt, pl), ends=(pt + p_, pl + q_), axes=(2, 3), steps=(1, 1))
+        b = ctx.emit(node, "Reshape", [node.input(2)], shape=(m, 1, 1))
+        return ctx.emit(node, "Add", [y, b], out)
+    return ctx.emit(node, "Slice", [y], out, starts=(pt, pl), ends=(pt + p_, pl + q_), axes=(2, 3), steps=(1, 1))
 
 
 @converter("CumSum", attrs={"exclusive": None, "reverse": None})

@@ -10,14 +10,15 @@ from __future__ import annotations
 import os
 
 import onnx
+import onnx.version_converter
 from onnx import numpy_helper
 
 from graph.ir import Graph
-from graph.onnx_import import composite, extra_ops, nn_ops, resize, tensor_ops  # noqa: F401  (registers the converters)
+from graph.onnx_import import composite, einsum, extra_ops, nn_ops, resize, scatter, tensor_ops  # noqa: F401  (registers the converters)
 from graph.onnx_import.context import ImportContext
 from graph.onnx_import.errors import OnnxImportError
-from graph.onnx_import.registry import CONVERTERS
-from graph.onnx_import.scan import decode_node, model_opset, scan
+from graph.onnx_import.registry import CONVERTERS, MIN_OPSET
+from graph.onnx_import.scan import DEFAULT_DOMAINS, decode_node, model_opset, scan
 
 # onnx.checker takes a ModelProto only below protobuf's 2 GB limit
 CHECKABLE_BYTES = 2**31 - 1
@@ -60,12 +61,14 @@ def load_onnx(source, shapes: dict | None = None) -> Graph:
     Raises
     ------
     OnnxImportError
-        One line: an unreadable file, an opset outside 13 to the current one, or everything the
+        One line: an unreadable file, an opset past the current one or an older one that
+        onnx.version_converter cannot bring to 13, or everything the
         model uses that is unsupported (op types with their nodes, attribute values, symbolic
         dimensions not pinned), or every node whose conversion fails (an attribute-like input
         that is not a constant, shapes that do not fit).
     """
     model, where = _read(source)
+    model = _upgrade(model)
     opset = model_opset(model)
     nodes = [decode_node(n, opset, i) for i, n in enumerate(model.graph.node)]
     inputs = scan(model, nodes, opset, _parse_shapes(shapes))
@@ -76,6 +79,22 @@ def load_onnx(source, shapes: dict | None = None) -> Graph:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise OnnxImportError(f"{where}: not a valid ONNX model ({first})") from None
     return convert(model, nodes, inputs)
+
+
+def _upgrade(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A model of an opset older than the importer reads (e.g. the ONNX model zoo's 7 to 12),
+    converted to MIN_OPSET by ``onnx.version_converter``; any other model as it is."""
+    versions = [o.version for o in model.opset_import if o.domain in DEFAULT_DOMAINS]
+    if not versions or versions[0] >= MIN_OPSET:
+        return model
+    try:
+        return onnx.version_converter.convert_version(model, MIN_OPSET)
+    except Exception as e:  # noqa: BLE001 - the converter's own failures (RuntimeError, ValidationError...)
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        first = first.split("failed: ")[-1]     # past the converter's source location
+        raise OnnxImportError(f"{model.graph.name or 'model'}: opset {versions[0]} is not supported (supported: "
+                              f"{MIN_OPSET} to {onnx.defs.onnx_opset_version()}) and onnx.version_converter "
+                              f"cannot convert it ({first[:200]})") from None
 
 
 def convert(model: onnx.ModelProto, nodes: list, inputs: dict) -> Graph:

@@ -37,8 +37,8 @@ def _spatial_rank(node, initializer_shapes) -> int | None:
 def _check_window(node, initializer_shapes) -> list:
     problems = []
     rank = _spatial_rank(node, initializer_shapes)
-    if rank is not None and rank != 2:
-        problems.append(f"only 2-d {node.op_type} is supported (this one is {rank}-d)")
+    if rank is not None and rank not in (1, 2):
+        problems.append(f"only 1-d and 2-d {node.op_type} are supported (this one is {rank}-d)")
     if node.attr("auto_pad", "NOTSET") != "NOTSET" and node.attr("ceil_mode", 0):
         problems.append("ceil_mode=1 together with auto_pad is not supported")
     if node.op_type != "Conv" and node.attr("auto_pad", "NOTSET").startswith("SAME") and \
@@ -68,9 +68,41 @@ def resolve_pads(node, size: tuple, kernel: tuple, strides: tuple, dilations: tu
 
 def _window_type(ctx, node):
     x = ctx.type(node.input(0))
-    if x.rank != 4:
-        raise node.error(f"only 2-d (NCHW) input is supported, got shape {x.shape}")
+    if x.rank not in (3, 4):
+        raise node.error(f"only 1-d (NCL) and 2-d (NCHW) input is supported, got shape {x.shape}")
     return x
+
+
+def _window_attrs(node, size: tuple, kernel: tuple) -> tuple:
+    """(strides, dilations, pads) of a window op over ``size``; pads as (begins..., ends...)."""
+    rank = len(size)
+    strides = tuple(node.attr("strides", (1,) * rank))
+    dilations = tuple(node.attr("dilations", (1,) * rank))
+    if node.attr("auto_pad", "NOTSET") == "NOTSET":
+        pads = tuple(node.attr("pads", (0,) * 2 * rank))
+    else:
+        pads = resolve_pads(node, size, kernel, strides, dilations)
+    return strides, dilations, pads
+
+
+def as_2d(ctx, node, kind: str, x: str, weight: str | None, out: str, strides, dilations, pads, **attrs):
+    """``kind`` over a 1-d (N, C, L) input: the same op over (N, C, 1, L), reshaped back, so 1-d
+    windows run the 2-d kernels (a weight (M, C, K) becomes (M, C, 1, K)); no ``dilations`` for
+    ops without them."""
+    n, c, length = ctx.type(x).shape
+    inputs = [ctx.emit(node, "Reshape", [x], shape=(n, c, 1, length))]
+    if weight is not None:
+        w = ctx.type(weight).shape
+        inputs.append(ctx.emit(node, "Reshape", [weight], shape=(w[0], w[1], 1, w[2])))
+        inputs.append(node.input(2))      # the bias, if any
+    if "kernel_shape" in attrs:
+        attrs["kernel_shape"] = (1, *attrs["kernel_shape"])
+    if dilations is not None:
+        attrs["dilations"] = (1, *dilations)
+    y = ctx.emit(node, kind, inputs,
+                 strides=(1, *strides), pads=(0, pads[0], 0, pads[1]), **attrs)
+    shape = ctx.type(y).shape
+    ctx.emit(node, "Reshape", [y], out, shape=(shape[0], shape[1], shape[3]))
 
 
 @converter("Conv", check=_check_window, attrs={
@@ -82,11 +114,38 @@ def _conv(ctx, node):
     kernel = tuple(node.attr("kernel_shape", w.shape[2:]))
     if kernel != tuple(w.shape[2:]):
         raise node.error(f"kernel_shape {kernel} differs from the weights' {w.shape[2:]}")
-    strides = tuple(node.attr("strides", (1, 1)))
-    dilations = tuple(node.attr("dilations", (1, 1)))
-    pads = resolve_pads(node, x.shape[2:], kernel, strides, dilations)
+    strides, dilations, pads = _window_attrs(node, x.shape[2:], kernel)
+    if x.rank == 3:
+        as_2d(ctx, node, "Conv", node.input(0), node.input(1), node.outputs[0], strides, dilations, pads,
+              group=node.attr("group", 1))
+        return
+    group = node.attr("group", 1)
+    if 1 < group <= MAX_SPLIT_GROUPS and min(x.shape[1], w.shape[0]) // group >= MIN_SPLIT_CHANNELS:
+        _split_groups(ctx, node, group, strides=strides, pads=pads, dilations=dilations)
+        return
     ctx.emit(node, "Conv", [node.input(0), node.input(1), node.input(2)], node.outputs[0],
-             strides=strides, pads=pads, dilations=dilations, group=node.attr("group", 1))
+             strides=strides, pads=pads, dilations=dilations, group=group)
+
+
+# A grouped Conv with few wide groups (ResNeXt's 4 groups of 16 channels and more) runs as one dense
+# Conv per group between Slices and a Concat: the convolution rule of the schedule space blocks dense
+# convolutions and depthwise ones, and a group of many channels is neither.
+MAX_SPLIT_GROUPS = 8
+MIN_SPLIT_CHANNELS = 8
+
+
+def _split_groups(ctx, node, group: int, **attrs) -> None:
+    c = ctx.type(node.input(0)).shape[1]
+    m = ctx.type(node.input(1)).shape[0]
+    cg, kg = c // group, m // group
+    parts = []
+    for i in range(group):
+        x = ctx.emit(node, "Slice", [node.input(0)], starts=(i * cg,), ends=((i + 1) * cg,), axes=(1,), steps=(1,))
+        w = ctx.emit(node, "Slice", [node.input(1)], starts=(i * kg,), ends=((i + 1) * kg,), axes=(0,), steps=(1,))
+        b = ctx.emit(node, "Slice", [node.input(2)], starts=(i * kg,), ends=((i + 1) * kg,), axes=(0,),
+                     steps=(1,)) if node.input(2) else ""
+        parts.append(ctx.emit(node, "Conv", [x, w, b], group=1, **attrs))
+    ctx.emit(node, "Concat", parts, node.outputs[0], axis=1)
 
 
 POOL_ATTRS = {"auto_pad": AUTO_PAD, "ceil_mode": None, "kernel_shape": None, "pads": None, "strides": None}
@@ -95,9 +154,13 @@ POOL_ATTRS = {"auto_pad": AUTO_PAD, "ceil_mode": None, "kernel_shape": None, "pa
 def _pool(ctx, node, **extra):
     x = _window_type(ctx, node)
     kernel = tuple(node.attrs["kernel_shape"])
-    strides = tuple(node.attr("strides", (1, 1)))
-    dilations = tuple(node.attr("dilations", (1, 1)))
-    pads = resolve_pads(node, x.shape[2:], kernel, strides, dilations)
+    strides, dilations, pads = _window_attrs(node, x.shape[2:], kernel)
+    if node.op_type == "MaxPool":
+        extra["dilations"] = dilations
+    if x.rank == 3:
+        as_2d(ctx, node, node.op_type, node.input(0), None, node.outputs[0], strides, extra.pop("dilations", None),
+              pads, kernel_shape=kernel, ceil_mode=node.attr("ceil_mode", 0), **extra)
+        return
     ctx.emit(node, node.op_type, [node.input(0)], node.outputs[0], kernel_shape=kernel, strides=strides,
              pads=pads, ceil_mode=node.attr("ceil_mode", 0), **extra)
 
@@ -105,7 +168,7 @@ def _pool(ctx, node, **extra):
 @converter("MaxPool", check=_check_window, attrs=dict(POOL_ATTRS, dilations=None, storage_order=None))
 def _maxpool(ctx, node):
     # storage_order only shapes the Indices output, which the check refuses
-    _pool(ctx, node, dilations=tuple(node.attr("dilations", (1, 1))))
+    _pool(ctx, node)
 
 
 @converter("AveragePool", check=_check_window, attrs=dict(POOL_ATTRS, count_include_pad=None,

@@ -2,9 +2,9 @@
 
 ``nearest``: one Gather per resized axis with constant indices. ``linear``: per resized axis two
 Gathers (the neighbours below and above) weighted by constant per-position weights (a separable
-form of ONNX's n-linear interpolation). The coordinate transformation and the nearest rounding
-follow onnxruntime (float32 arithmetic; ``x_original`` clamped into the input). ``cubic``,
-``tf_crop_and_resize``, ``half_pixel_symmetric``, ``antialias`` and aspect-ratio policies other
+form of ONNX's n-linear interpolation); ``cubic`` likewise with four neighbours and Keys' weights.
+The coordinate transformation and the nearest rounding follow onnxruntime (float32 arithmetic;
+``x_original`` clamped into the input for ``linear``). ``tf_crop_and_resize``, ``half_pixel_symmetric``, ``antialias`` and aspect-ratio policies other
 than ``stretch`` are refused.
 """
 from __future__ import annotations
@@ -54,6 +54,26 @@ def linear_taps(x: np.ndarray, n_in: int):
     return lo, hi, np.where(same, F32(0.5), w_lo), np.where(same, F32(0.5), w_hi)
 
 
+def cubic_taps(x: np.ndarray, n_in: int, a: float, exclude_outside: bool):
+    """(4 indices, 4 weights) per original coordinate: taps at floor(x) - 1 .. floor(x) + 2 with Keys'
+    cubic weights (coefficient ``a``); a tap outside the input reads the nearest edge, or with
+    ``exclude_outside`` weighs 0 and the others are scaled to sum to 1 (onnxruntime's way)."""
+    x = x.astype(np.float64)
+    base = np.floor(x)
+    t = x - base
+    weights = []
+    for d in (t + 1, t, 1 - t, 2 - t):                 # distances to the four taps
+        near = ((a + 2) * d - (a + 3)) * d * d + 1
+        far = ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
+        weights.append(np.where(d <= 1, near, far))
+    idx = [base.astype(np.int64) + k for k in (-1, 0, 1, 2)]
+    if exclude_outside:
+        weights = [np.where((i < 0) | (i >= n_in), 0.0, w) for i, w in zip(idx, weights)]
+        total = sum(weights)
+        weights = [w / total for w in weights]
+    return [np.clip(i, 0, n_in - 1) for i in idx], weights
+
+
 def _check(node, _shapes) -> list:
     if node.attr("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize":
         return ["coordinate_transformation_mode='tf_crop_and_resize' is not supported"]
@@ -93,12 +113,12 @@ def _targets(ctx, node, shape: tuple) -> dict:
 
 
 @converter("Resize", check=_check, attrs={
-    "mode": one_of("nearest", "linear"),
+    "mode": one_of("nearest", "linear", "cubic"),
     "coordinate_transformation_mode": one_of("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric",
                                              "tf_crop_and_resize"),
     "nearest_mode": one_of("round_prefer_floor", "round_prefer_ceil", "floor", "ceil"),
     "antialias": one_of(0), "keep_aspect_ratio_policy": one_of("stretch"), "axes": None,
-    # these two only change cubic interpolation and tf_crop_and_resize, which are refused
+    # extrapolation_value only changes tf_crop_and_resize, which is refused
     "cubic_coeff_a": None, "exclude_outside": None, "extrapolation_value": None})
 def _resize(ctx, node):
     x = ctx.type(node.input(0))
@@ -113,13 +133,20 @@ def _resize(ctx, node):
             value = ctx.emit(node, "Gather", [value, _known(ctx, node, nearest_indices(
                 coords, node.attr("nearest_mode", "round_prefer_floor"), x.shape[a]))], out, axis=a)
             continue
-        lo, hi, w_lo, w_hi = linear_taps(coords, x.shape[a])
+        if mode == "cubic":
+            taps = zip(*cubic_taps(coords, x.shape[a], float(node.attr("cubic_coeff_a", -0.75)),
+                                   bool(node.attr("exclude_outside", 0))))
+        else:
+            lo, hi, w_lo, w_hi = linear_taps(coords, x.shape[a])
+            taps = ((lo, w_lo), (hi, w_hi))
         trailing = (1,) * (x.rank - a - 1)
         parts = []
-        for idx, w in ((lo, w_lo), (hi, w_hi)):
+        for idx, w in taps:
             gathered = ctx.emit(node, "Gather", [value, _known(ctx, node, idx)], axis=a)
             weight = _known(ctx, node, w.astype(x.dtype).reshape((n_out,) + trailing))
             parts.append(ctx.emit(node, "Mul", [gathered, weight]))
+        while len(parts) > 2:
+            parts = [ctx.emit(node, "Add", parts[:2])] + parts[2:]
         value = ctx.emit(node, "Add", parts, out)
     if not todo:
         ctx.alias(node.outputs[0], node.input(0))

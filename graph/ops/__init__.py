@@ -35,13 +35,18 @@ Defined in ``activation``, ``extra``, ``reduce_extra`` and ``deconv``:
   LRN(size, alpha, beta, bias), LogSoftmax(axis >= 0), CumSum(axis >= 0, exclusive, reverse),
   TopK(axis >= 0, k, largest, output: 0 values | 1 int64 indices; one node per ONNX output used);
 - [OUT_FUSABLE]: ConvTranspose (2-d NCHW; strides, pads (4), dilations, output_padding (2), group;
-  bias optional; ONNX's output_shape and auto_pad=SAME_* are refused by the importer).
+  bias optional; the importer resolves ONNX's output_shape and auto_pad=SAME_* into pads and
+  output_padding, and turns one with known weights and no dilation into a Conv over the
+  output phases followed by their interleaving).
 
 Imported as existing kinds (no op of their own): ONNX's variadic Sum, Mean, Max, Min (chains of
-Add/Max/Min, Mean with a Div), Split (a Slice per output), Resize nearest/linear (Gathers with
+Add/Max/Min, Mean with a Div), Split (a Slice per output), Resize nearest/linear/cubic (Gathers with
 import-time index maps, linear weighted by constants), GlobalMaxPool (ReduceMax),
 DepthToSpace/SpaceToDepth (Reshape, Transpose, Reshape), InstanceNormalization,
-GroupNormalization and ReduceLogSumExp (their arithmetic in existing kinds).
+GroupNormalization and ReduceLogSumExp (their arithmetic in existing kinds), Einsum (ReduceSum,
+Transpose, Reshape, batched MatMul), ScatterND, ScatterElements and GatherND with indices known at
+import time (a Concat of the flattened inputs and one Gather with a constant map). 1-d Conv, MaxPool, AveragePool and ConvTranspose (N, C, L) run
+as their 2-d kinds over (N, C, 1, L) between Reshapes.
 
 ONNX's Flatten, Squeeze and Unsqueeze become Reshape; Shape, ConstantOfShape, Range, Constant
 and anything computable from static shapes are folded by the importer; Dropout (inference) and

@@ -2,7 +2,9 @@
 weights), the gradient of Conv with respect to its input.
 
 Attributes are normalized by the importer: ``strides``, ``dilations``, ``output_padding`` have 2
-ints, ``pads`` 4 (top, left, bottom, right); ONNX's ``output_shape`` and ``auto_pad`` are refused.
+ints, ``pads`` 4 (top, left, bottom, right); the importer turns ONNX's ``output_shape`` and ``auto_pad`` into
+pads and output_padding, and a ConvTranspose with known weights and no dilation into a Conv
+over the output phases (graph.onnx_import.extra_ops).
 Output size per axis: ``stride * (in - 1) + output_padding + dilation * (k - 1) + 1 - pad_begin - pad_end``.
 """
 from __future__ import annotations

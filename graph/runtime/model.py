@@ -65,10 +65,13 @@ class CompiledModel:
     unread : set of int, optional
         Constants no kernel reads (weights every kernel reads through a packed copy): the kernels
         take them, so they stay in ``constants`` as zeros, but an ahead-of-time build stores none.
+    index_limits : dict, optional
+        Input buffer id -> ``(n, where)``: the input indexes an axis of ``n`` (``where`` names the
+        node), so its values must lie in ``-n..n-1``; the kernels clamp such indices, a run refuses them.
     """
 
     def __init__(self, name: str, buffers, inputs, outputs, constants: dict, steps, info: dict | None = None,
-                 unread=()):
+                 unread=(), index_limits: dict | None = None):
         self.name = name
         self.buffers = list(buffers)
         self.input_ids = list(inputs)
@@ -77,6 +80,7 @@ class CompiledModel:
         self.steps = list(steps)
         self.info = dict(info or {})
         self.unread = set(unread)
+        self.index_limits = dict(index_limits or {})
         self.memory = self._plan()
         self._lock = threading.Lock()
         self._arrays = None
@@ -167,6 +171,12 @@ class CompiledModel:
             if a.dtype.name != buf.dtype:
                 raise ModelInputError(f"model {self.name}: input {buf.name!r} has dtype {a.dtype.name}, expected "
                                       f"{buf.dtype}")
+            if b in self.index_limits and a.size:
+                n, where = self.index_limits[b]
+                bad = a[(a < -n) | (a >= n)]
+                if bad.size:
+                    raise ModelInputError(f"model {self.name}: input {buf.name!r} holds index {bad.flat[0]} outside "
+                                          f"{-n}..{n - 1} (the axis it indexes in {where})")
             out.append(a)
         return out
 

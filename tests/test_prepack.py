@@ -50,3 +50,15 @@ def test_a_pack_written_by_hand_moves_out():
     inputs = [rng.uniform(-1, 1, t.shape).astype(t.dtype) for t in tensors if t.is_placeholder]
     np.testing.assert_allclose(_run(pre.schedule.build(), pre.tensors, pre.arrays(inputs))[0],
                                inputs[0] @ inputs[1], rtol=1e-5, atol=1e-5)
+
+
+def test_a_subsampling_pack_stays_in_the_kernel():
+    # a strided 1x1 conv packs only the rows and columns it reads; a constant input so packed is not
+    # copied at build time (the build-time copy knows no strides), and the kernel stays right
+    tensors = ops.conv2d(1, 8, 9, 9, 4, 1, 1, stride=2, pad=0)
+    s = Schedule(tensors).pack("X", {1: 4}, order=["0", "1.o", "2", "3", "1.i"], strides={2: 2, 3: 2})
+    assert prepack(tensors, s, {0}) is None
+    rng = np.random.default_rng(2)
+    x, w = (rng.uniform(-1, 1, t.shape).astype(t.dtype) for t in tensors if t.is_placeholder)
+    want = np.einsum("nchw,kc->nkhw", x[:, :, ::2, ::2], w[:, :, 0, 0])
+    np.testing.assert_allclose(_run(s.build(), tensors, [x, w])[0], want, rtol=1e-5, atol=1e-5)

@@ -124,7 +124,8 @@ def _packs(schedule: Schedule, placeholders: list, constant: set, stage_names: s
                 and all(p.source is not placeholders[by_name[inputs[0]]] for p in packs):
             attrs = _resolve(attrs, decisions)
             consumers = attrs.get("consumers")
-            if consumers is None or set(consumers) <= stage_names:
+            # a subsampling pack (``strides``) stays in the kernel: the build-time copy is a plain relayout
+            if (consumers is None or set(consumers) <= stage_names) and not attrs.get("strides"):
                 source = placeholders[by_name[inputs[0]]]
                 splits = {int(d): min(int(f), source.shape[int(d)]) for d, f in (attrs.get("splits") or {}).items()}
                 keys = [k for d in range(source.ndim) for k in ((f"{d}.o", f"{d}.i") if d in splits else (str(d),))]

@@ -48,7 +48,7 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", default="2,1")
     ap.add_argument("--strategy", default="gradient")
     ap.add_argument("--timeout", type=float, default=None, help="tuning time limit per run (seconds)")
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=15, help="alternating rounds of the final timing (default 15)")
     ap.add_argument("--json", metavar="FILE", help="write every run's result here")
     args = ap.parse_args(argv)
     import onnx
@@ -74,7 +74,7 @@ def main(argv=None) -> int:
                                  out["latency_s"] * 1e3, ort * 1e3 if ort else float("nan"),
                                  out["speedup_vs_onnxruntime"] or float("nan"), out["outputs_match_untuned"],
                                  (out["estimated_latency_s"] or float("nan")) * 1e3))
-    print(f"host {_host()}; side by side in one process, medians")
+    print(f"host {_host()}; side by side in one process, medians; the speed-up is the median of per-round ratios")
     print("| model | threads | strategy | tasks tuned | trials | tuning s | untuned ms | tuned ms | onnxruntime ms "
           "| tuned vs onnxruntime | outputs match | estimated ms |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")

@@ -162,6 +162,14 @@ def choose_blocked(graph: Graph, groups: list) -> dict:
                 if src is not None:
                     layouts[out] = src
         bad = set()
+        for g in groups:
+            # a graph output is copied to row-major after a blocked group: worth it only where its
+            # conv reads blocked data (else the conv writes row-major itself, one kernel fewer; a pool or
+            # elementwise group writes it row-major reading through the layout, as the copy would)
+            if g.outputs and g.outputs[0] in layouts and g.outputs[0] in graph.outputs:
+                anchor = next((n for n in g.nodes if n.op == "Conv"), None)
+                if anchor is None or anchor.inputs[0] not in layouts:
+                    bad.add(id(g))
         for v in layouts:
             for r in readers.get(v, []):
                 # a conv computed row-major needs row-major data (its rule packs it); other readers

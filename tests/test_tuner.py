@@ -690,6 +690,29 @@ def test_the_heuristic_start_is_re_timed_with_the_finalists(tmp_path, monkeypatc
     assert res.best.confirmed and res.best.decisions == GeneratedSpace(spec.tensors()).default_decisions()
 
 
+@pytest.mark.parametrize("faster, replaced", [(0.98, False), (0.90, True)])
+def test_the_start_keeps_its_place_unless_beaten_by_more_than_noise(tmp_path, monkeypatch, faster, replaced):
+    """In the final re-timing a contender must beat the heuristic start by more than START_MARGIN (3%)."""
+    from schedules.space import GeneratedSpace
+    from tuner.measure import MeasureResult, Measurer
+    spec = WorkloadSpec.parse("matmul", ["M=64", "N=48", "K=32"])
+    start = Tuner(spec, small_config(1)).candidates.prepare(None, GeneratedSpace(spec.tensors()).default_decisions()).func
+
+    def fake_measure(self, candidates, before_timing=None, screen=True):
+        # while tuning every contender looks twice as fast as the start; re-timed, `faster` times its time
+        other = 0.5e-3 if screen else faster * 1e-3
+        return [MeasureResult(costs=[1e-3 if f == start else other] * 3, func=f) for f in candidates]
+
+    monkeypatch.setattr(Measurer, "measure", fake_measure)
+    log = TuningLog(tmp_path / "l")
+    res = Tuner(spec, small_config(12, finalists=3, final_rounds=2), log=log).run()
+    is_start = res.best.decisions == GeneratedSpace(spec.tensors()).default_decisions()
+    assert res.best.confirmed and is_start != replaced
+    assert log.best(spec.key, res.best.target)[0] == res.best      # later builds use the same one
+    retimed = [r for r in log.records() if len(r.costs) == 6]        # 2 final rounds x 3 costs
+    assert len(retimed) == 4 and sum(r.confirmed for r in retimed) == (4 if replaced else 1)
+
+
 @pytest.mark.parametrize("default_wins", [True, False])
 def test_default_schedule_is_a_contender_never_a_trial(tmp_path, monkeypatch, default_wins):
     """The default schedule is measured once beside round 2: it wins where nothing tuned beats it;

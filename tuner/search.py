@@ -16,7 +16,9 @@ their measurements, not by single measurements; Optuna keeps each trial's first 
 """
 from __future__ import annotations
 
+import math
 import random
+import statistics
 import threading
 import time
 from collections import Counter
@@ -108,6 +110,9 @@ class TuneResult:
         return None
 
 
+START_MARGIN = 0.03
+"""How much faster than the heuristic start a contender must run in the final re-timing to replace it
+(docs/decisions/036-the-start-keeps-its-place-within-noise.md)."""
 STALE_ASKS = 96     # consecutive proposals with nothing new before a space counts as exhausted
 
 
@@ -562,7 +567,15 @@ class Tuner:
                     costs[i] += res.costs
                 else:
                     failed.add(i)          # (not seen in practice: each was measured before)
-        records = [self.candidates.record(c, MeasureResult(costs=costs[i]), confirmed=True)
+        # the heuristic start, when re-timed here, keeps its place unless a contender beats it by more
+        # than START_MARGIN: smaller wins are the host's noise (ResNet-18 in a model: picks that beat
+        # the start by 2-3% here ran 5-8% slower in the model; docs/decisions/036)
+        start = self._start_decisions() if cfg.seed_heuristic and not self._resumed else None
+        start_i = next((i for i, c in enumerate(top) if start is not None and i not in failed and costs[i]
+                        and decision_key(c.decisions) == decision_key(start)), None)
+        bar = statistics.median(costs[start_i]) * (1.0 - START_MARGIN) if start_i is not None else math.inf
+        records = [self.candidates.record(c, MeasureResult(costs=costs[i]),
+                                          confirmed=i == start_i or statistics.median(costs[i]) < bar)
                    for i, c in enumerate(top) if i not in failed and costs[i]]
         if self.log is not None:
             for rec in records:

@@ -574,8 +574,9 @@ class Tuner:
         start_i = next((i for i, c in enumerate(top) if start is not None and i not in failed and costs[i]
                         and decision_key(c.decisions) == decision_key(start)), None)
         bar = statistics.median(costs[start_i]) * (1.0 - START_MARGIN) if start_i is not None else math.inf
-        records = [self.candidates.record(c, MeasureResult(costs=costs[i]),
-                                          confirmed=i == start_i or statistics.median(costs[i]) < bar)
+        kept = [i == start_i or statistics.median(costs[i]) < bar for i in range(len(top))]
+        # (one within the margin: a repeat measurement, logged as such: not a trial, not confirmed)
+        records = [self.candidates.record(c, MeasureResult(costs=costs[i]), confirmed=kept[i], remeasured=not kept[i])
                    for i, c in enumerate(top) if i not in failed and costs[i]]
         if self.log is not None:
             for rec in records:

@@ -74,18 +74,26 @@ def plan_layouts(graph: Graph, groups: list) -> tuple:
     """``(graph, groups, layouts)``: NHWC for every Conv group's output and every group of pools and
     elementwise ops reading an NHWC value; where such a value is a graph output, the group writes
     ``<name>.nhwc`` and an Identity group after it the row-major output (groups stay in order)."""
+    return _with_relayouts(graph, groups, lambda g, chosen: NHWC if _wants_nhwc(graph, g, chosen) else None, "nhwc")
+
+
+def _with_relayouts(graph: Graph, groups: list, layout_of, suffix: str) -> tuple:
+    """``(graph, groups, layouts)`` with ``layout_of(group, layouts so far)`` (None: row-major) for each
+    group's output; a graph output so laid out is written as ``<name>.<suffix>`` and copied to the
+    row-major output by an Identity group right after it."""
     from graph.fusion import FusedGroup
     layouts, out_groups, types = {}, [], dict(graph.types)
     for g in groups:
-        if not _wants_nhwc(graph, g, layouts):
+        layout = layout_of(g, layouts)
+        if layout is None:
             out_groups.append(g)
             continue
         out = g.outputs[0]
         if out not in graph.outputs:
-            layouts[out] = NHWC
+            layouts[out] = layout
             out_groups.append(g)
             continue
-        inner = f"{out}.nhwc"
+        inner = f"{out}.{suffix}"
         while inner in types:
             inner += "_"
         types[inner] = graph.types[out]
@@ -93,7 +101,7 @@ def plan_layouts(graph: Graph, groups: list) -> tuple:
         out_groups.append(dataclasses.replace(g, nodes=g.nodes[:-1] + (last,), outputs=(inner,)))
         copy = Node(f"{g.nodes[-1].name}.relayout", "Identity", (inner,), (out,))
         out_groups.append(FusedGroup((copy,), (inner,), (out,), Pattern.ELEMWISE))
-        layouts[inner] = NHWC
+        layouts[inner] = layout
     if len(out_groups) == len(groups):
         return graph, groups, layouts
     nodes = tuple(n for g in out_groups for n in g.nodes)
@@ -185,28 +193,5 @@ def plan_blocked(graph: Graph, groups: list) -> tuple:
     """``(graph, groups, layouts)``: the blocked layouts of :func:`choose_blocked`; where such a value
     is a graph output, its group writes ``<name>.blocked`` and an Identity group after it the
     row-major output (groups stay in order)."""
-    from graph.fusion import FusedGroup
     chosen = choose_blocked(graph, groups)
-    if not set(chosen) & set(graph.outputs):
-        return graph, groups, chosen
-    layouts, out_groups, types = {}, [], dict(graph.types)
-    for g in groups:
-        out = g.outputs[0] if g.outputs else None
-        if out not in chosen:
-            out_groups.append(g)
-            continue
-        if out not in graph.outputs:
-            layouts[out] = chosen[out]
-            out_groups.append(g)
-            continue
-        inner = f"{out}.blocked"
-        while inner in types:
-            inner += "_"
-        types[inner] = graph.types[out]
-        last = g.nodes[-1].with_(outputs=(inner,))
-        out_groups.append(dataclasses.replace(g, nodes=g.nodes[:-1] + (last,), outputs=(inner,)))
-        copy = Node(f"{g.nodes[-1].name}.relayout", "Identity", (inner,), (out,))
-        out_groups.append(FusedGroup((copy,), (inner,), (out,), Pattern.ELEMWISE))
-        layouts[inner] = chosen[out]
-    nodes = tuple(n for g in out_groups for n in g.nodes)
-    return graph.replace(nodes=nodes, types=types), out_groups, layouts
+    return _with_relayouts(graph, groups, lambda g, _: chosen.get(g.outputs[0]) if g.outputs else None, "blocked")

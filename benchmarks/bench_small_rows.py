@@ -1,14 +1,17 @@
 """Products with few rows (a model's batch or sequence) against onnxruntime: the heuristic start
-with and without reduction blocks (docs/decisions/027-small-row-products-block-the-reduction.md).
+with and without reduction blocks (docs/decisions/027-small-row-products-block-the-reduction.md),
+and with the register tiles decision 038 replaced (``--ab-tiles``).
 
-    python benchmarks/bench_small_rows.py [--threads 1,2] [--rounds 5] [--shapes 32x2048x2048,...]
+    python benchmarks/bench_small_rows.py [--threads 1,2] [--rounds 5] [--shapes 32x2048x2048,...] [--ab-tiles]
 
 Each shape ``MxKxN`` is ``dense`` (``max(X @ W.T + bias, 0)``, a Gemm + Relu of a model) with its
 weights constant: packed once, outside the timing, as a model build packs them (``tuner.prepack``)
 and as onnxruntime packs its constant weights when the session is created. Timed side by side in
 this process, alternating rounds with a pause at every switch, medians: the generated space's
 heuristic start (``blocked``), the same start without the reduction blocks (``unblocked``), and
-onnxruntime (a Gemm + Relu model, ``ORT_ENABLE_ALL``, same threads, no spinning).
+onnxruntime (a Gemm + Relu model, ``ORT_ENABLE_ALL``, same threads, no spinning). With ``--ab-tiles``
+the unblocked column is replaced by the blocked start with decision 027's register tiles (6 rows, else
+4, 8, 3, 2, by 4 vectors: ``previous tiles``), and ratios are medians of per-round ratios.
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ import schedules.space as space_module
 from schedules.decisions import FixedDecisions
 from schedules.space import GeneratedSpace
 from tensorir.runtime import build
-from tuner.compare import side_by_side
+from tuner.compare import paired_speedup, side_by_side
 from tuner.prepack import packed_arrays, prepack
 from tuner.spec import WorkloadSpec
 from tuner.target import host_target
@@ -74,14 +77,30 @@ def unblocked_decisions(tensors) -> dict:
         space_module.K_BLOCK_MAX_ROWS = saved
 
 
+# decision 027's register tiles of a few-row product, before decision 038
+PREVIOUS_TILES = ((6, 4), (4, 4), (8, 4), (3, 4), (2, 4))
+
+
+def previous_tile_decisions(tensors) -> dict:
+    saved = space_module.FEW_ROW_TILES
+    space_module.FEW_ROW_TILES = PREVIOUS_TILES
+    try:
+        return GeneratedSpace(tensors).default_decisions()
+    finally:
+        space_module.FEW_ROW_TILES = saved
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--shapes", default=SHAPES, help="MxKxN,... (rows x reduction x columns)")
+    ap.add_argument("--ab-tiles", action="store_true", help="compare with decision 027's register tiles "
+                    "instead of the unblocked start")
     args = ap.parse_args(argv)
+    other = "previous tiles" if args.ab_tiles else "unblocked"
     print(f"host {host_target()['cpu']}; side by side in one process, medians of {args.rounds} rounds", flush=True)
-    print("| shape MxKxN | threads | blocked GFLOP/s | unblocked | onnxruntime | blocked/ort | unblocked/ort |")
+    print(f"| shape MxKxN | threads | blocked GFLOP/s | {other} | onnxruntime | blocked/ort | {other}/ort |")
     print("|---|---|---|---|---|---|---|")
     for threads in [int(t) for t in args.threads.split(",")]:
         for shape in args.shapes.split(","):
@@ -89,15 +108,19 @@ def main(argv=None) -> int:
             spec = WorkloadSpec("dense", {"batch": m, "in_features": k, "out_features": n})
             inputs = spec.inputs(0)
             tensors = spec.tensors()
+            alt = previous_tile_decisions(tensors) if args.ab_tiles else unblocked_decisions(tensors)
             fns = {"blocked": kernel(spec, GeneratedSpace(tensors).default_decisions(), inputs, threads),
-                   "unblocked": kernel(spec, unblocked_decisions(tensors), inputs, threads)}
+                   "unblocked": kernel(spec, alt, inputs, threads)}
             sess = ort_gemm_relu(inputs[1], inputs[2], m, threads)
             feed = {"X": inputs[0]}
             fns["onnxruntime"] = lambda sess=sess, feed=feed: sess.run(None, feed)
-            t = {name: r["median"] for name, r in side_by_side(fns, rounds=args.rounds).items()}
+            res = side_by_side(fns, rounds=args.rounds)
+            t = {name: r["median"] for name, r in res.items()}
             gf = {name: spec.flops / s / 1e9 for name, s in t.items()}
+            ratio = {name: paired_speedup(res, name, "onnxruntime") if args.ab_tiles else t["onnxruntime"] / t[name]
+                     for name in ("blocked", "unblocked")}
             print(f"| {shape} | {threads} | {gf['blocked']:.1f} | {gf['unblocked']:.1f} | {gf['onnxruntime']:.1f} | "
-                  f"{t['onnxruntime'] / t['blocked']:.2f}x | {t['onnxruntime'] / t['unblocked']:.2f}x |", flush=True)
+                  f"{ratio['blocked']:.2f}x | {ratio['unblocked']:.2f}x |", flush=True)
     return 0
 
 

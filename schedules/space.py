@@ -50,6 +50,9 @@ from .tiling import fuse_parallel as _fuse_parallel, split_all as _split_all
 K_BLOCK = 128            # reduction block of a few-row product (why: docs/decisions/027-small-row-products-block-the-reduction.md)
 K_BLOCK_MAX_ROWS = 128   # ... for products with at most this many rows
 K_BLOCK_ROWS = 32        # ... in local blocks of this many rows
+# ... with register tiles of (rows, vectors), the first whose rows divide the product's, 32 registers
+# (why: docs/decisions/038-few-row-products-8x3-tile.md)
+FEW_ROW_TILES = ((6, 4), (8, 3), (4, 4), (3, 4), (2, 4))
 MAX_UNROLLED_BODY = 64   # vector FMAs (tile rows x vectors per row x inner reduce iterations) unrolled
 
 
@@ -232,7 +235,7 @@ class GeneratedSpace:
         src.hint(f"{vec_axis}.t3", (4 if self.registers >= 32 else 2) * lanes)
         if len(spatial) > 1:
             src.hint(f"{spatial[-2]}.t3", 6)
-            self._hint_k_blocks(src, spatial[-2], reduce, ext)
+            self._hint_k_blocks(src, spatial[-2], vec_axis, reduce, ext, lanes)
         t3 = {vec_axis: src.choose(f"{vec_axis}.t3", self.vector_choices(ext[vec_axis], st.dtype))}
         vectors = max(1, -(-t3[vec_axis] // lanes))
         budget = (self.registers - vectors - 1) // vectors   # accumulators + one row of B + a broadcast
@@ -362,19 +365,23 @@ class GeneratedSpace:
             s = prefetch_decision(src, f"{st.name}.prefetch_{panels[p]}", s, p, rd1[-1], PANEL_DISTANCE)
         return s
 
-    def _hint_k_blocks(self, src, row: str, reduce: list, ext: dict) -> None:
+    def _hint_k_blocks(self, src, row: str, vec_axis: str, reduce: list, ext: dict, lanes: int) -> None:
         """Few rows, a long reduction (a model's 32-128-row products): every row tile of a
         column panel in one local block, the reduction cut into blocks of ``K_BLOCK``, so each
         block of the panel (``K_BLOCK`` x the tile's columns) is read from L1 by all the row tiles
-        rather than from L2/L3 by each in turn. The row tile divides the rows (no ragged edge).
-        why: docs/decisions/027-small-row-products-block-the-reduction.md"""
+        rather than from L2/L3 by each in turn. The row tile divides the rows (no ragged edge):
+        6 rows x 4 vectors, else 8 x 3 (24 accumulators either way, with 32 registers), else 4 x 4.
+        why: docs/decisions/027-small-row-products-block-the-reduction.md,
+        docs/decisions/038-few-row-products-8x3-tile.md"""
         rows = ext[row]
         depth = math.prod(ext[lp] for lp in reduce)
         blocks = _k_blocks(depth)
         if len(reduce) != 1 or rows > K_BLOCK_MAX_ROWS or depth < 8 * K_BLOCK or not blocks:
             return
-        tile = next((t for t in (6, 4, 8, 3, 2) if rows % t == 0), 6)
+        shapes = FEW_ROW_TILES if self.registers >= 32 else tuple((t, 2) for t in (6, 4, 8, 3, 2))
+        tile, vectors = next(((t, v) for t, v in shapes if rows % t == 0), shapes[0])
         block = max(1, min(rows, K_BLOCK_ROWS) // tile)       # row tiles sharing a panel block
+        src.hint(f"{vec_axis}.t3", vectors * lanes)
         src.hint(f"{row}.t3", tile)
         src.hint(f"{row}.t2", block)
         src.hint(f"{row}.t1", -(-rows // (tile * block)))

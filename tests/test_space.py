@@ -212,3 +212,22 @@ def test_heuristic_tasks_share_two_cores_evenly(n, width):
     tasks = -(-n // got)
     busiest = -(-tasks // 2) * got
     assert n / 2 / busiest >= 0.85 and d["C.pack_in_task"] is True
+
+
+AVX512 = SpaceOptions(vector_bits=512, cores=2)
+
+
+@pytest.mark.parametrize("rows, tile, vectors", [(128, 8, 3), (40, 8, 3), (96, 6, 4), (20, 4, 4)])
+def test_few_row_long_products_start_with_a_row_tile_that_divides_the_rows(rows, tile, vectors):
+    # 24 accumulators where a 6- or 8-row tile divides the rows (decision 038), else 4 x 4
+    space = GeneratedSpace(WorkloadSpec.parse("matmul", [f"M={rows}", "N=768", "K=2048"]).tensors(), AVX512)
+    d = space.default_decisions()
+    assert (d["C.i.t3"], d["C.j.t3"]) == (tile, vectors * 16)
+    assert rows % d["C.i.t3"] == 0 and 2048 % d["C.k.r1"] == 0
+
+
+def test_the_8x3_start_computes_what_numpy_computes_with_ragged_columns():
+    space = GeneratedSpace(WorkloadSpec.parse("matmul", ["M=16", "N=100", "K=1024"]).tensors(), AVX512)
+    d = space.default_decisions()
+    assert (d["C.i.t3"], d["C.j.t3"]) == (8, 48)
+    check_against_evaluator(space.apply(FixedDecisions(d)))

@@ -48,6 +48,7 @@ MAX_UNROLLED_FMAS = 256   # vector FMAs of the register tile times the unrolled 
 
 ORDERS = ("c|rs", "crs|", "|crs", "rsc|")     # reduce loops above | below the local tile's tile loops
 DW_ORDERS = ("|rs", "rs|", "r|s")
+PAD_ROWS_WEIGHTS = 1 << 18  # weight values up to which a blocked conv pads its data per row task (1 MiB fp32)
 QT_CHOICES = (1, 2, 3, 4, 5, 6, 7, 8, 12, 14, 16, 28)   # register-tile columns offered (and the heuristic's)
 CONV_PREFETCH = PANEL_DISTANCE   # bytes ahead the start prefetches a packed weight block (0: none)
 
@@ -461,6 +462,14 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
         # the stems' few channels: data as large as the work on it is better packed where it is read
         src.hint(f"{name}.data_at_rows", info.C < 16)
         at_rows = src.choose(f"{name}.data_at_rows", [False, True])
+    # a blocked conv's padded copy of its data, likewise per task of output rows (no pass over the whole
+    # input before the tasks start; each task's rows hot in its cache when its windows read them)
+    pad_rows = False
+    if info.blocked and info.weights is not None and info.pad_stage is not None and row_tasks >= space.options.cores:
+        # the heuristic: where all the conv's weights fit half an L2 (each row task reads every
+        # channel block's); why: docs/decisions/039-blocked-conv-pads-per-row-task.md
+        src.hint(f"{name}.pad_at_rows", info.K * info.C * info.R * info.S <= PAD_ROWS_WEIGHTS)
+        pad_rows = src.choose(f"{name}.pad_at_rows", [False, True])
     for p in packs:
         if p not in in_task and not (at_rows and p == packs[0]):
             s = space._elementwise(s, src, p, keep_outer=False)
@@ -483,12 +492,13 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
     s, l0, l1 = split_all(s, o_axes, tiles)
     s = s.reorder(*l0, *l1)
     s = s.compute_at(local, l0[-1])
-    if at_rows:
+    if at_rows or pad_rows:
         s = s.reorder(l0[2], l0[0], l0[1], *l0[3:])    # the row blocks are the parallel tasks
         if src.choose(f"{outer}.parallel", [True, False]):
             s = s.parallel(l0[2])
-        s = s.compute_at(packs[0], l0[2])
-        s = space._elementwise(s, src, packs[0], keep_outer=True, parallel=False)
+        rows = packs[0] if at_rows else info.pad_stage
+        s = s.compute_at(rows, l0[2])
+        s = space._elementwise(s, src, rows, keep_outer=True, parallel=False)
     elif in_task:
         s = s.reorder(l0[1], l0[0], *l0[2:])    # the output-channel blocks are the parallel tasks
         if src.choose(f"{outer}.parallel", [True, False]):
@@ -546,6 +556,6 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
                 and src.choose(f"{name}.unroll_inner", [True, False]):
             s = s.unroll(last)
     done = {name, outer, local, *packs}
-    if info.pad_stage is not None and (not info.blocked or info.weights is None):
+    if info.pad_stage is not None and (not info.blocked or info.weights is None or pad_rows):
         done.add(info.pad_stage)
     return s, done

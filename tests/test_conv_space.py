@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from schedules import Schedule
+from schedules.state import AttachKind
 from schedules.conv_space import LOCAL_VALUES, QT_CHOICES, find_convs, heuristic_tile, lane_choices, local_rows
 from schedules.space import FixedDecisions, GeneratedSpace, RandomDecisions, SpaceOptions
 from tensorir import te
@@ -244,6 +245,17 @@ def test_the_blocked_builtin_tiles_its_given_layout(params):
     assert d["Y.kb"] % params["kb"] == 0 and "Wt_pack.vector" not in d      # nothing packed
     _run(space, "conv2d_nchwc", params, FixedDecisions(d))
     _run(space, "conv2d_nchwc", params, _Blocked(3))
+
+
+@pytest.mark.parametrize("pad_at_rows", [False, True])
+def test_a_blocked_conv_pads_its_data_per_row_task_or_at_root(pad_at_rows):
+    params = dict(N=1, C=16, H=13, W=11, K=32, R=3, S=3, stride=1, pad=1, cb=16, kb=16, dtype="float32")
+    space = GeneratedSpace(get_workload("conv2d_nchwc").make(**params), AVX512)
+    assert space.default_decisions()["Y.pad_at_rows"] is True       # 4608 weights: per row task
+    s = space.apply(FixedDecisions(space.default_decisions({"Y.pad_at_rows": pad_at_rows})))
+    pad = [st for st in s.stage_graph().stages if st.name.startswith("Xp")]
+    assert len(pad) == 1 and (pad[0].attach.kind is AttachKind.AT) == pad_at_rows
+    _run(s, "conv2d_nchwc", params)
 
 
 def test_numpy_packing_helpers_round_trip():

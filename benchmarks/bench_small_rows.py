@@ -1,6 +1,7 @@
 """Products with few rows (a model's batch or sequence) against onnxruntime: the heuristic start
 with and without reduction blocks (docs/decisions/027-small-row-products-block-the-reduction.md),
-and with the register tiles decision 038 replaced (``--ab-tiles``).
+and with the register tiles of decisions 038 and 040 replaced (``--ab-tiles``; narrow products
+such as ``784x384x96`` may be given with ``--shapes``).
 
     python benchmarks/bench_small_rows.py [--threads 1,2] [--rounds 5] [--shapes 32x2048x2048,...] [--ab-tiles]
 
@@ -10,8 +11,8 @@ and as onnxruntime packs its constant weights when the session is created. Timed
 this process, alternating rounds with a pause at every switch, medians: the generated space's
 heuristic start (``blocked``), the same start without the reduction blocks (``unblocked``), and
 onnxruntime (a Gemm + Relu model, ``ORT_ENABLE_ALL``, same threads, no spinning). With ``--ab-tiles``
-the unblocked column is replaced by the blocked start with decision 027's register tiles (6 rows, else
-4, 8, 3, 2, by 4 vectors: ``previous tiles``), and ratios are medians of per-round ratios.
+the unblocked column is replaced by the blocked start with the register tiles before decisions 038
+and 040 (6 rows, else 4, 8, 3, 2, by 4 vectors however few the columns: ``previous tiles``), and ratios are medians of per-round ratios.
 """
 from __future__ import annotations
 
@@ -82,12 +83,13 @@ PREVIOUS_TILES = ((6, 4), (4, 4), (8, 4), (3, 4), (2, 4))
 
 
 def previous_tile_decisions(tensors) -> dict:
-    saved = space_module.FEW_ROW_TILES
-    space_module.FEW_ROW_TILES = PREVIOUS_TILES
+    """The start before decisions 038 and 040 (4-vector tiles however few the columns)."""
+    saved = space_module.FEW_ROW_TILES, space_module.NARROW_VECTORS
+    space_module.FEW_ROW_TILES, space_module.NARROW_VECTORS = PREVIOUS_TILES, 0
     try:
         return GeneratedSpace(tensors).default_decisions()
     finally:
-        space_module.FEW_ROW_TILES = saved
+        space_module.FEW_ROW_TILES, space_module.NARROW_VECTORS = saved
 
 
 def main(argv=None) -> int:

@@ -53,6 +53,9 @@ K_BLOCK_ROWS = 32        # ... in local blocks of this many rows
 # ... with register tiles of (rows, vectors), the first whose rows divide the product's, 32 registers
 # (why: docs/decisions/038-few-row-products-8x3-tile.md)
 FEW_ROW_TILES = ((6, 4), (8, 3), (4, 4), (3, 4), (2, 4))
+# products with fewer vectors of columns than this start with 3 x 8 or 2 x 12 tiles where 4-vector ones would
+# leave a ragged column tile (why: docs/decisions/040-matmul-tile-fits-the-columns.md)
+NARROW_VECTORS = 16
 MAX_UNROLLED_BODY = 64   # vector FMAs (tile rows x vectors per row x inner reduce iterations) unrolled
 
 
@@ -230,11 +233,18 @@ class GeneratedSpace:
         vec_axis = spatial[-1]
         # register tile: the vector axis first, then the others within the register budget
         lanes = self.lanes(st.dtype)
-        # heuristic start: 4 vectors x 6 rows (24 of 32 registers) or 2 x 6 (12 of 16)
-        # why: docs/decisions/010-matmul-register-tile.md
-        src.hint(f"{vec_axis}.t3", (4 if self.registers >= 32 else 2) * lanes)
+        # heuristic start: 4 vectors x 6 rows (24 of 32 registers) or 2 x 6 (12 of 16); with 32
+        # registers, where fewer than 16 vectors of columns leave 4-vector tiles a ragged edge tile
+        # (guarded: it runs several times slower per FMA), 2 x 12 where 2 vectors divide the columns
+        # and 3 do not, else 3 x 8 (24 accumulators either way)
+        # why: docs/decisions/010-matmul-register-tile.md, docs/decisions/040-matmul-tile-fits-the-columns.md
+        vectors, rows = (4, 6) if self.registers >= 32 else (2, 6)
+        nv = -(-ext[vec_axis] // lanes)
+        if self.registers >= 32 and nv % 4 and nv < NARROW_VECTORS and ext[vec_axis] % lanes == 0:
+            vectors, rows = (2, 12) if nv % 2 == 0 and nv % 3 else (3, 8)
+        src.hint(f"{vec_axis}.t3", vectors * lanes)
         if len(spatial) > 1:
-            src.hint(f"{spatial[-2]}.t3", 6)
+            src.hint(f"{spatial[-2]}.t3", rows)
             self._hint_k_blocks(src, spatial[-2], vec_axis, reduce, ext, lanes)
         t3 = {vec_axis: src.choose(f"{vec_axis}.t3", self.vector_choices(ext[vec_axis], st.dtype))}
         vectors = max(1, -(-t3[vec_axis] // lanes))

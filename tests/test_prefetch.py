@@ -77,8 +77,8 @@ def dense_schedule(m=12, k=256, n=96, t3=32, distance=1024, threads_parallel=Tru
     """The generated space's dense schedule with the packed W (panels of ``t3`` floats)."""
     tensors = ops.dense(m, k, n)
     space = GeneratedSpace(tensors, AVX512)
-    d = {**space.default_decisions(), "D.j.t3": t3, "D.pack_W": True, "D.prefetch_W": distance,
-         "Y.parallel": threads_parallel}
+    d = space.default_decisions({"D.j.t3": t3, "D.i.t3": 6, "D.pack_W": True, "D.prefetch_W": distance,
+                                 "Y.parallel": threads_parallel})
     src = FixedDecisions(d)
     s = space.apply(src)
     return tensors, space, s, dict(src.decisions)
@@ -242,8 +242,8 @@ def test_prefetches_leave_register_promotion_as_it_was(unroll_k):
     def locals_of(distance):
         tensors = ops.dense(12, 256, 96)
         space = GeneratedSpace(tensors, AVX512)
-        d = {**space.default_decisions(), "D.j.t3": 32, "D.pack_W": True, "D.prefetch_W": distance,
-             "D.k.r1": 2, "D.unroll_k": unroll_k}
+        d = space.default_decisions({"D.j.t3": 32, "D.i.t3": 6, "D.pack_W": True, "D.prefetch_W": distance,
+                                     "D.k.r1": 2, "D.unroll_k": unroll_k})
         func = space.apply(FixedDecisions(d)).lower()
         return sorted(s.buffer.name for s in walk_stmts(func.body) if type(s).__name__ == "Allocate")
     plain, fetched = locals_of(0), locals_of(1024)

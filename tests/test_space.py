@@ -231,3 +231,19 @@ def test_the_8x3_start_computes_what_numpy_computes_with_ragged_columns():
     d = space.default_decisions()
     assert (d["C.i.t3"], d["C.j.t3"]) == (8, 48)
     check_against_evaluator(space.apply(FixedDecisions(d)))
+
+
+@pytest.mark.parametrize("n, tile", [(1024, (6, 4)), (1000, (6, 4)), (96, (8, 3)), (112, (8, 3)), (80, (8, 3)),
+                                     (160, (12, 2)), (32, (12, 2)), (24, (6, 1))])
+def test_the_start_tile_avoids_a_ragged_column_tile_on_few_columns(n, tile):
+    # decision 040: 4-vector tiles over 96 columns leave a guarded tile of 2 vectors in 4
+    space = GeneratedSpace(WorkloadSpec.parse("matmul", ["M=200", f"N={n}", "K=64"]).tensors(), AVX512)
+    d = space.default_decisions()
+    assert (d["C.i.t3"], d["C.j.t3"] // 16) == tile
+
+
+def test_the_3_vector_start_computes_what_numpy_computes():
+    space = GeneratedSpace(WorkloadSpec.parse("matmul", ["M=37", "N=80", "K=29"]).tensors(), AVX512)
+    d = space.default_decisions()
+    assert d["C.j.t3"] == 48
+    check_against_evaluator(space.apply(FixedDecisions(d)))

@@ -314,7 +314,7 @@ def test_a_transposing_pack_gathers_one_vector_of_rows_at_a_time(in_task):
     pack of B[k, j] along its contiguous axis keeps its order.  Results equal numpy (odd sizes)."""
     tensors = ops.dense(37, 70, 90)
     space = GeneratedSpace(tensors, SpaceOptions(vector_bits=512, cores=2))
-    d = {**space.default_decisions(), "D.j.t3": 64, "W_pack.vector": 16, "D.pack_in_task": in_task,
+    d = {**space.default_decisions({"D.j.t3": 64, "D.i.t3": 6}), "W_pack.vector": 16, "D.pack_in_task": in_task,
          "Y.parallel": True}
     for k in [k for k in d if k.rsplit(".", 1)[-1] in ("t2", "t1")]:
         d[k] = 1
@@ -330,7 +330,7 @@ def test_a_transposing_pack_gathers_one_vector_of_rows_at_a_time(in_task):
     s.build()(x, w, b, out)
     np.testing.assert_allclose(out, np.maximum(x @ w.T + b, 0), rtol=1e-4, atol=1e-4)
     mm = GeneratedSpace(ops.matmul(37, 70, 29), SpaceOptions(vector_bits=512, cores=2))
-    ms = mm.apply(FixedDecisions({**mm.default_decisions(), "C.j.t3": 64, "B_pack.vector": 16,
+    ms = mm.apply(FixedDecisions({**mm.default_decisions({"C.j.t3": 64, "C.i.t3": 6}), "B_pack.vector": 16,
                                   "C.pack_in_task": True}))
     assert ms.loops("B_pack")[-2:] == ["B_pack.d1.i.0", "B_pack.d1.i.1"], ms.loops("B_pack")
 

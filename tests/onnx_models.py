@@ -272,3 +272,32 @@ def unet_up(batch: int = 2, channels: int = 64, size: int = 28, seed: int = 0, o
                         m.weight("conv.bias", (half,), 0.1)], "/conv", kernel_shape=[3, 3], pads=[1, 1, 1, 1])
     y = m.node("Relu", [y], "/relu")
     return m.model("unet_up", (batch, channels, size, size), y, (batch, half, 2 * size, 2 * size))
+
+
+def se_block(batch: int = 1, channels: int = 24, expansion: int = 4, size: int = 40, seed: int = 0,
+             opset: int = 13) -> onnx.ModelProto:
+    """An EfficientNet MBConv block: 1x1 expand + Swish (x * Sigmoid(x), as exported), depthwise 5x5 +
+    Swish, squeeze-excitation (GlobalAveragePool, 1x1 reduce + Relu, 1x1 expand + HardSigmoid, Mul),
+    1x1 project, residual Add."""
+    m = ModelMaker(seed, opset)
+    hidden = channels * expansion
+
+    def conv(x, scope, c_in, c_out, k, group=1):
+        param = scope.strip("/").replace("/", ".")
+        w = m.weight(f"{param}.weight", (c_out, c_in // group, k, k), math.sqrt(2 / (c_in // group * k * k)))
+        return m.node("Conv", [x, w, m.weight(f"{param}.bias", (c_out,), 0.1)], scope, kernel_shape=[k, k],
+                      pads=[k // 2] * 4, group=group)
+
+    def swish(x, scope):
+        return m.node("Mul", [x, m.node("Sigmoid", [x], scope + "/sigmoid")], scope + "/mul")
+
+    y = swish(conv("input", "/expand", channels, hidden, 1), "/expand/swish")
+    y = swish(conv(y, "/dw", hidden, hidden, 5, hidden), "/dw/swish")
+    s = m.node("GlobalAveragePool", [y], "/se/pool")
+    s = m.node("Relu", [conv(s, "/se/reduce", hidden, max(8, hidden // 16), 1)], "/se/relu")
+    s = m.node("HardSigmoid", [conv(s, "/se/expand", max(8, hidden // 16), hidden, 1)], "/se/gate",
+               alpha=1 / 6, beta=0.5)
+    y = conv(m.node("Mul", [y, s], "/se/scale"), "/project", hidden, channels, 1)
+    y = m.node("Add", ["input", y], "/add")
+    shape = (batch, channels, size, size)
+    return m.model("se_block", shape, y, shape)

@@ -72,6 +72,14 @@ def test_gelu(approximate):
     check_lowered(graph_of(lambda b, x: b.op("Gelu", [x], approximate=approximate), {"x": x}), {"x": x})
 
 
+@pytest.mark.parametrize("alpha", [1.0, 1.702])
+def test_swish(alpha):
+    x = rand(4, 9) * 4
+    g = graph_of(lambda b, x: b.op("Swish", [x], alpha=alpha), {"x": x})
+    np.testing.assert_allclose(run(g, {"x": x})[g.outputs[0]], x / (1 + np.exp(-alpha * x)), rtol=1e-6, atol=1e-7)
+    check_lowered(g, {"x": x})
+
+
 def test_clip_and_casts():
     x = rand(5, 6) * 4
     g = graph_of(lambda b, x: [b.op("Clip", [x], min=-1.0, max=2.5), b.op("Clip", [x], max=0.5),

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from graph.builder import GraphBuilder
 from graph.interpret import run
 from graph.pattern import Constant, Op, Wildcard, explain, match_all
-from graph.passes import (CONV_BN, CSE, DCE, GELU_ERF, GELU_TANH, GEMM_BN, LAYERNORM, MATMUL_BN, PIPELINE,
+from graph.passes import (CONV_BN, CSE, DCE, GELU_ERF, GELU_TANH, GEMM_BN, LAYERNORM, MATMUL_BN, PIPELINE, SWISH,
                           eliminate_common_subexpressions, eliminate_dead_code, fold_batchnorm, fold_constants,
                           get_pass, recognize, run_passes, simplify)
 
@@ -174,6 +174,40 @@ def test_tanh_gelu_is_recognized(cube):
     assert len(match_all(out, Op("Gelu", attrs={"approximate": "tanh"}))) == 1
     _same_numbers(g, out)
     assert recognize(_gelu_tanh_graph("pow", power=2.0)).op_counts().get("Gelu") is None
+
+
+# ------------------------------------------------------------------ Swish recognition
+
+def _swish_graph(form, alpha=1.702, hard=(1 / 6, 0.5), shared=False):
+    b = GraphBuilder("swish")
+    x = b.op("Conv", [b.input("inp", (1, 3, 6, 6)), b.constant("w", _rand(4, 3, 3, 3)), None], name="x",
+             pads=(1, 1, 1, 1))
+    if form == "silu":
+        s = b.op("Sigmoid", [x], name="s")
+    elif form == "scaled":
+        s = b.op("Sigmoid", [b.op("Mul", [b.constant(None, np.array(alpha, F32)), x])], name="s")
+    else:
+        s = b.op("HardSigmoid", [x], name="s", alpha=hard[0], beta=hard[1])
+    y = b.op("Mul", [s, x], name="y")
+    return b.build([y, b.op("Neg", [s])] if shared else [y])
+
+
+@pytest.mark.parametrize("form, op", [("silu", "Swish"), ("scaled", "Swish"), ("hard", "HardSwish")])
+def test_swish_is_recognized_so_a_conv_takes_it_as_its_epilogue(form, op):
+    g = _swish_graph(form)
+    assert len(match_all(g, SWISH)) == 1
+    out = recognize(g)
+    assert out.op_counts() == {"Conv": 1, op: 1} and match_all(out, SWISH) == []
+    if form == "scaled":
+        assert math.isclose(out.nodes[-1].attr("alpha"), 1.702, rel_tol=1e-6)
+    _same_numbers(g, out)
+
+
+@pytest.mark.parametrize("change", [dict(form="hard", hard=(0.2, 0.5)), dict(form="silu", shared=True),
+                                    dict(form="scaled", alpha=np.full((4, 1, 1), 1.7, F32))])
+def test_swish_is_not_recognized_with_other_constants_or_a_shared_sigmoid(change):
+    g = _swish_graph(**change)
+    assert "Swish" not in recognize(g).op_counts() and "HardSwish" not in recognize(g).op_counts()
 
 
 # ------------------------------------------------------------------ LayerNorm recognition

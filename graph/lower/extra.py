@@ -104,6 +104,9 @@ def _activation_fn(node, dtype: str):
         b = 0.5 if node.op == "HardSwish" else float(attr("beta", 0.5))
         hs = (lambda x: te.max(te.min(x * a + b, 1.0), 0.0))
         return hs if node.op == "HardSigmoid" else (lambda x: x * hs(x))
+    if node.op == "Swish":
+        a = 1.0 if alpha is None else float(alpha)
+        return lambda x: x * te.sigmoid(x * a) if a != 1.0 else x * te.sigmoid(x)
     if node.op == "Softplus":
         return _softplus
     if node.op == "Softsign":
@@ -125,7 +128,7 @@ def _activation_fn(node, dtype: str):
     return lambda x: round_half_even(x, dtype)
 
 
-@lowering("LeakyRelu", "ThresholdedRelu", "Elu", "Selu", "HardSigmoid", "HardSwish", "Softplus", "Softsign",
+@lowering("LeakyRelu", "ThresholdedRelu", "Elu", "Selu", "HardSigmoid", "HardSwish", "Swish", "Softplus", "Softsign",
           "Mish", "Celu", "Shrink", "Sin", "Cos", "Floor", "Ceil", "Round")
 def _activation(ctx, node, ins, outs):
     (x,) = ins

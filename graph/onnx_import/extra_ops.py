@@ -33,7 +33,7 @@ def _axes(ctx, node, rank: int, index: int, attr: str = "axes"):
 
 ACTIVATION_ATTRS = {
     "LeakyRelu": ("alpha",), "ThresholdedRelu": ("alpha",), "Elu": ("alpha",), "Selu": ("alpha", "gamma"),
-    "HardSigmoid": ("alpha", "beta"), "HardSwish": (), "Softplus": (), "Softsign": (), "Mish": (), "Celu": ("alpha",),
+    "HardSigmoid": ("alpha", "beta"), "HardSwish": (), "Swish": ("alpha",), "Softplus": (), "Softsign": (), "Mish": (), "Celu": ("alpha",),
     "Shrink": ("bias", "lambd"), "Sin": (), "Cos": (),
     "Floor": (), "Ceil": (), "Round": (), "Sign": (),
 }

@@ -24,7 +24,7 @@ The canonical op set (``Pattern`` in brackets):
 Defined in ``activation``, ``extra``, ``reduce_extra`` and ``deconv``:
 
 - unary [ELEMWISE]: LeakyRelu(alpha), ThresholdedRelu(alpha), Elu(alpha), Selu(alpha, gamma),
-  HardSigmoid(alpha, beta), HardSwish, Softplus, Softsign, Mish, Celu(alpha), Shrink(bias, lambd),
+  HardSigmoid(alpha, beta), HardSwish, Swish(alpha), Softplus, Softsign, Mish, Celu(alpha), Shrink(bias, lambd),
   Sin, Cos, Floor, Ceil, Round (halves to even) on floats; Sign; Not (bool); Trilu(upper, k);
 - binary [BROADCAST]: Max, Min, PRelu(X, slope: broadcast to X), LessOrEqual, GreaterOrEqual,
   And, Or, Xor, Mod(fmod; floats only with fmod=1, which folds at import but has no kernel);

@@ -1,7 +1,7 @@
 """Activations with attributes and rounding maps (Pattern.ELEMWISE), ONNX semantics.
 
 LeakyRelu(alpha), ThresholdedRelu(alpha), Elu(alpha), Selu(alpha, gamma), HardSigmoid(alpha,
-beta), HardSwish, Softplus, Softsign, Mish, Celu(alpha), Shrink(bias, lambd), Sin, Cos on floats; Floor, Ceil, Round (half to even) on floats; Sign
+beta), HardSwish, Swish(alpha), Softplus, Softsign, Mish, Celu(alpha), Shrink(bias, lambd), Sin, Cos on floats; Floor, Ceil, Round (half to even) on floats; Sign
 on any numeric type. The reference semantics compute in float64 and round once to the input's dtype.
 """
 from __future__ import annotations
@@ -42,6 +42,7 @@ ACTIVATIONS = {
     "HardSigmoid": ({"alpha": 0.2, "beta": 0.5}, lambda x, a: np.clip(a["alpha"] * x + a["beta"], 0.0, 1.0),
                     "max(0, min(1, alpha * x + beta))"),
     "HardSwish": ({}, lambda x, a: x * np.clip(x / 6.0 + 0.5, 0.0, 1.0), "x * max(0, min(1, x / 6 + 1/2))"),
+    "Swish": ({"alpha": 1.0}, lambda x, a: x / (1.0 + np.exp(-a["alpha"] * x)), "x * sigmoid(alpha * x)"),
     "Softplus": ({}, lambda x, a: _softplus(x), "log(1 + exp(x))"),
     "Softsign": ({}, lambda x, a: x / (1.0 + np.abs(x)), "x / (1 + |x|)"),
     "Mish": ({}, lambda x, a: x * np.tanh(_softplus(x)), "x * tanh(softplus(x))"),

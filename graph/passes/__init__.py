@@ -12,5 +12,5 @@ from graph.passes.batchnorm import BATCHNORM_RULES, CONV_BN, GEMM_BN, MATMUL_BN,
 from graph.passes.cleanup import eliminate_common_subexpressions, eliminate_dead_code  # noqa: F401
 from graph.passes.fold import fold_constants  # noqa: F401
 from graph.passes.pipeline import CSE, DCE, FOLD_CONSTANTS, PIPELINE, get_pass, run_passes  # noqa: F401
-from graph.passes.recognize import GELU_ERF, GELU_TANH, LAYERNORM, RECOGNIZE_RULES, recognize  # noqa: F401
+from graph.passes.recognize import GELU_ERF, GELU_TANH, LAYERNORM, RECOGNIZE_RULES, SWISH, recognize  # noqa: F401
 from graph.passes.simplify import SIMPLIFY_RULES, simplify  # noqa: F401

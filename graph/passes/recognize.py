@@ -1,4 +1,4 @@
-"""Recognizing the decomposed Gelu and LayerNorm that older exporters emit, as single ops.
+"""Recognizing the decomposed Gelu, LayerNorm and Swish that exporters emit, as single ops.
 
 Constants are matched by value with a tolerance (``sqrt(2)`` may be stored as 1.4142135 or
 1.41421); every intermediate must be used only inside the match. The rules run consumers first
@@ -114,10 +114,40 @@ def _to_layernorm(graph, m):
                                axis=axis, epsilon=eps))
 
 
+def _swish():
+    """``x * sigmoid(x)`` (SiLU), ``x * sigmoid(alpha * x)`` (QuickGelu's 1.702) and ``x * HardSigmoid(x)``
+    with HardSwish's constants: one elementwise op, so a conv or product takes it as its epilogue
+    (two nodes reading ``x`` would materialize it between two kernels)."""
+    x = bind("x")
+    scaled = _su("Mul", [x, Constant(scalar=True).bind("alpha")])
+    sig = _su("Sigmoid", [x]) | _su("Sigmoid", [scaled])
+    hard = _su("HardSigmoid", [x]).bind("hard")
+    return Op("Mul", args=[x, sig]) | Op("Mul", args=[x, hard])
+
+
+SWISH = _swish()
+
+
+def _to_swish(graph, m):
+    t = graph.type_of(m["x"])
+    if t != graph.type_of(m.root) or np.dtype(t.dtype).kind != "f":
+        return None
+    r = Emitter(graph)
+    if "hard" in m:
+        hard = m.node("hard")
+        if not (math.isclose(hard.attr("alpha", 0.2), 1 / 6, rel_tol=1e-5) and
+                math.isclose(hard.attr("beta", 0.5), 0.5, rel_tol=1e-6)):
+            return None
+        return r.replace_with(r.op("HardSwish", [m["x"]], name=m.root_node.name))
+    alpha = float(m.array("alpha").reshape(())) if "alpha" in m else 1.0
+    return r.replace_with(r.op("Swish", [m["x"]], name=m.root_node.name, alpha=alpha))
+
+
 RECOGNIZE_RULES = (
     Rule("gelu-erf", GELU_ERF, _to_gelu("none")),
     Rule("gelu-tanh", GELU_TANH, _to_gelu("tanh")),
     Rule("layernorm", LAYERNORM, _to_layernorm),
+    Rule("swish", SWISH, _to_swish),
 )
 
 recognize = RulePass("recognize", RECOGNIZE_RULES, reverse=True)

@@ -70,7 +70,8 @@ def _conv(ctx, node, ins, outs):
     _, _, p_, q_ = shape
     kg = k_ // group
     if block_of(ctx.layout_for(shape)):
-        y = _conv_blocked(ctx, node, x, ctx.constant_value(node.inputs[1]), shape, dtype)
+        form = _depthwise_blocked if is_blocked_depthwise(c_, k_, group, w.shape) else _conv_blocked
+        y = form(ctx, node, x, ctx.constant_value(node.inputs[1]), shape, dtype)
         if bias is None:
             return [y]
         return [ctx.emit(shape, dtype, lambda n, k, p, q: y(n, k, p, q) + bias(k), "bias")]
@@ -109,27 +110,15 @@ def _conv_blocked(ctx, node, x, weights, shape, dtype):
     weights."""
     if weights is None or node.attr("group", 1) != 1:
         raise LoweringError(f"internal: node {node.name} (Conv) planned blocked needs group 1 and constant weights")
-    n_, c_, h_, w_ = x.shape
+    n_, c_, _, _ = x.shape
     k_, _, r_, s_ = weights.shape
     sh, sw = node.attr("strides", (1, 1))
-    pt, pl, _, _ = node.attr("pads", (0, 0, 0, 0))
     dh, dw = node.attr("dilations", (1, 1))
     _, _, p_, q_ = shape
+    sdt = storage_dtype(dtype)
     kb = block_of(ctx.blocked_layout)
     cb = block_of(x.layout) or conv_block(c_)
-    hp = max(h_ + pt, (p_ - 1) * sh + (r_ - 1) * dh + 1)
-    wp = max(w_ + pl, (q_ - 1) * sw + (s_ - 1) * dw + 1)
-    sdt = storage_dtype(dtype)
-    if block_of(x.layout) and (hp, wp) == (h_, w_) and not (pt or pl):
-        data = x.tensor
-    else:
-        def relaid(n, co, h, w, ci):
-            conds = [c for c in (h >= pt if pt else None, h < h_ + pt if hp > h_ + pt else None,
-                                 w >= pl if pl else None, w < w_ + pl if wp > w_ + pl else None) if c is not None]
-            hh, ww = (h - pt if pt else h), (w - pl if pl else w)
-            read = x.tensor[n, co, hh, ww, ci] if block_of(x.layout) else x.tensor[n, co * cb + ci, hh, ww]
-            return te.if_then_else(te.all(*conds), read, te.const(0.0, sdt)) if conds else read
-        data = te.compute((n_, c_ // cb, hp, wp, cb), relaid, ctx.name("pad"))
+    data = _blocked_input(ctx, node, x, cb, shape, r_, s_)
     packed = np.ascontiguousarray(np.asarray(weights).reshape(k_ // kb, kb, c_ // cb, cb, r_, s_)
                                   .transpose(0, 2, 4, 5, 3, 1))
     wt = ctx.constant(packed, "weights")
@@ -143,6 +132,64 @@ def _conv_blocked(ctx, node, x, weights, shape, dtype):
     y = te.compute((n_, k_ // kb, p_, q_, kb), f, ctx.name("conv"))
     if y.dtype != sdt:
         raise LoweringError(f"node {node.name} (Conv): blocked form needs {sdt} data and weights")
+    return Val(y, dtype, shape, ctx.blocked_layout)
+
+
+def _blocked_input(ctx, node, x, cb: int, shape, r_: int, s_: int):
+    """The data a blocked form reads, (N, C/cb, Hp, Wp, cb): a blocked ``x`` itself where no padding is
+    needed, else one stage that pads it (and relays a row-major ``x`` into blocks of ``cb``)."""
+    n_, c_, h_, w_ = x.shape
+    sh, sw = node.attr("strides", (1, 1))
+    pt, pl, _, _ = node.attr("pads", (0, 0, 0, 0))
+    dh, dw = node.attr("dilations", (1, 1))
+    _, _, p_, q_ = shape
+    hp = max(h_ + pt, (p_ - 1) * sh + (r_ - 1) * dh + 1)
+    wp = max(w_ + pl, (q_ - 1) * sw + (s_ - 1) * dw + 1)
+    if block_of(x.layout) and (hp, wp) == (h_, w_) and not (pt or pl):
+        return x.tensor
+    sdt = storage_dtype(x.dtype)
+
+    def relaid(n, co, h, w, ci):
+        conds = [c for c in (h >= pt if pt else None, h < h_ + pt if hp > h_ + pt else None,
+                             w >= pl if pl else None, w < w_ + pl if wp > w_ + pl else None) if c is not None]
+        hh, ww = (h - pt if pt else h), (w - pl if pl else w)
+        read = x.tensor[n, co, hh, ww, ci] if block_of(x.layout) else x.tensor[n, co * cb + ci, hh, ww]
+        return te.if_then_else(te.all(*conds), read, te.const(0.0, sdt)) if conds else read
+    return te.compute((n_, c_ // cb, hp, wp, cb), relaid, ctx.name("pad"))
+
+
+def is_blocked_depthwise(x_channels: int, k: int, group: int, w_shape: tuple) -> bool:
+    """Whether a conv is the depthwise one the blocked form computes: one input channel per output
+    channel (a channel multiplier above 1 is computed row-major)."""
+    return group == x_channels == k > 1 and len(w_shape) == 4 and w_shape[:2] == (k, 1)
+
+
+def _depthwise_blocked(ctx, node, x, weights, shape, dtype):
+    """A depthwise conv in the blocked layout: ``Y[n, c, p, q, ci] = sum over (r, s) of
+    Xp[n, c, p*sh + r*dh, q*sw + s*dw, ci] * Wt[c, r, s, ci]``, its block the input's (channels map
+    one to one), the constant weights packed here, once, to (C/b, R, S, b)."""
+    if weights is None:
+        raise LoweringError(f"internal: node {node.name} (Conv) planned blocked needs constant weights")
+    n_, c_, _, _ = x.shape
+    _, _, r_, s_ = weights.shape
+    sh, sw = node.attr("strides", (1, 1))
+    dh, dw = node.attr("dilations", (1, 1))
+    _, _, p_, q_ = shape
+    b = block_of(ctx.blocked_layout)
+    if block_of(x.layout) not in (None, b):
+        raise LoweringError(f"internal: node {node.name} (Conv) depthwise reads {x.layout} data, planned {ctx.blocked_layout}")
+    data = _blocked_input(ctx, node, x, b, shape, r_, s_)
+    wt = ctx.constant(np.ascontiguousarray(np.asarray(weights).reshape(c_ // b, b, r_, s_).transpose(0, 2, 3, 1)),
+                      "weights")
+    rr, rs = te.reduce_axis(r_, "r"), te.reduce_axis(s_, "s")
+
+    def f(n, c, p, q, ci):
+        h = p * sh + rr * dh if (sh, dh) != (1, 1) else p + rr
+        w = q * sw + rs * dw if (sw, dw) != (1, 1) else q + rs
+        return te.sum(data[n, c, h, w, ci] * wt.tensor[c, rr, rs, ci], axis=[rr, rs])
+    y = te.compute((n_, c_ // b, p_, q_, b), f, ctx.name("conv"))
+    if y.dtype != storage_dtype(dtype):
+        raise LoweringError(f"node {node.name} (Conv): blocked form needs {storage_dtype(dtype)} data and weights")
     return Val(y, dtype, shape, ctx.blocked_layout)
 
 

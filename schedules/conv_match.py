@@ -34,6 +34,7 @@ class ConvInfo:
     cb: int = 0            # its blocks of input and output channels
     kb: int = 0
     stride: int = 1        # of a pooling window or a 1x1 convolution without padding (rows and columns alike)
+    grouped: bool = False  # blocked: each output block reads its group's input blocks only
 
 
 def _bare(e, var_set) -> Var | None:
@@ -216,7 +217,11 @@ def _match_blocked(g, st, red, src) -> ConvInfo | None:
         if None in (co, r, s, ci) or len({co, r, s, ci}) != 4 or red != {co, r, s, ci} \
                 or wi[0] != ko or wi[5] != ki:
             continue
-        if di[0] != n or di[1] != co or di[4] != ci or not (_mentions(di[2], p) and _mentions(di[2], r)) \
+        # grouped: the output block's group's input blocks, D[n, ko * m + co, ...] (block-diagonal weights)
+        grouped = di[1] != co
+        if grouped and not (_mentions(di[1], ko) and _mentions(di[1], co) and coefficient(di[1], co) == 1):
+            continue
+        if di[0] != n or di[4] != ci or not (_mentions(di[2], p) and _mentions(di[2], r)) \
                 or not (_mentions(di[3], q) and _mentions(di[3], s)):
             continue
         pad = None
@@ -228,5 +233,6 @@ def _match_blocked(g, st, red, src) -> ConvInfo | None:
         cb, kb = w.tensor.shape[4], w.tensor.shape[5]
         return ConvInfo(st.name, g.name_of(d.tensor), pad, g.name_of(w.tensor), False,
                         w.tensor.shape[1] * cb, w.tensor.shape[0] * kb, st.shape[2], st.shape[3],
-                        w.tensor.shape[2], w.tensor.shape[3], co.name, r.name, s.name, ci.name, True, cb, kb)
+                        w.tensor.shape[2], w.tensor.shape[3], co.name, r.name, s.name, ci.name, True, cb, kb,
+                        grouped=grouped)
     return None

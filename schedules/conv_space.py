@@ -182,8 +182,8 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
         per = info.kb
         # (a depthwise conv: one block, its tasks as many as its blocks)
         src.hint(f"{name}.kb", per if info.depthwise and info.weights is not None else min(4, max(1, kb0 // per)) * per)
-        kb = src.choose(f"{name}.kb", [b * per for b in (1, 2, 3, 4) if b * per <= max(per, MAX_VECTOR_LANES)
-                                       and (b - 1) * per < info.K])
+        kb = src.choose(f"{name}.kb", [per] if info.grouped else
+                        [b * per for b in (1, 2, 3, 4) if b * per <= max(per, MAX_VECTOR_LANES) and (b - 1) * per < info.K])
         cb = info.cb
     else:
         src.hint(f"{name}.kb", kb0)

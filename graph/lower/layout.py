@@ -18,7 +18,7 @@ import dataclasses
 
 from graph.ir import Graph, Node
 from graph.lower.core import NHWC, blocked
-from graph.lower.linalg import conv_block, is_blocked_depthwise
+from graph.lower.linalg import conv_block, grouped_block, is_blocked_depthwise
 from graph.ops.registry import Pattern, get_op
 from tensorir.target import Target
 
@@ -147,6 +147,19 @@ def _blocked_conv(graph: Graph, group):
     return _out_block(t.shape[1])
 
 
+def _blocked_grouped(graph: Graph, group):
+    """The block of a group anchored by a grouped conv the blocked grouped form computes (its output
+    blocks read whole input blocks of their group: one vector, else 8 channels), else None."""
+    found = _anchor_types(graph, group)
+    if found is None or found[0].attr("group", 1) == 1:
+        return None
+    anchor, t, x, w = found
+    if is_blocked_depthwise(x.shape[1], t.shape[1], anchor.attr("group", 1), w.shape):
+        return None
+    lanes = Target.host().lanes32
+    return grouped_block(x.shape[1], t.shape[1], anchor.attr("group", 1), tuple(sorted({lanes, 8}, reverse=True)))
+
+
 def _blocked_depthwise(graph: Graph, group) -> bool:
     """Whether a group is anchored by a depthwise conv the blocked form computes (one input channel
     per output channel, constant weights, float, an epilogue that keeps the conv's shape)."""
@@ -176,7 +189,7 @@ def choose_blocked(graph: Graph, groups: list) -> dict:
     for g in groups:
         for v in g.inputs:
             readers.setdefault(v, []).append(g)
-    conv_block = {id(g): _blocked_conv(graph, g) for g in groups}
+    conv_block = {id(g): _blocked_conv(graph, g) or _blocked_grouped(graph, g) for g in groups}
     # a depthwise conv computes blocked in its input's block (channels map one to one), or relays a
     # row-major input into the block its channels would get as a conv's output
     depthwise = {id(g): next(n for n in g.nodes if n.op == "Conv").inputs[0] for g in groups

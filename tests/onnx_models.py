@@ -283,6 +283,16 @@ def resnext_block(batch: int = 2, channels: int = 64, groups: int = 4, size: int
     return m.model("resnext_block", shape, y, shape)
 
 
+def resnext_g32_56(batch: int = 1) -> onnx.ModelProto:
+    """ResNeXt-50 (32x4d)'s first-stage bottleneck width: 128 channels at 56x56 in 32 groups of 4."""
+    return resnext_block(batch=batch, channels=128, groups=32, size=56)
+
+
+def resnext_g32_14(batch: int = 1) -> onnx.ModelProto:
+    """ResNeXt-50 (32x4d)'s third-stage bottleneck width: 512 channels at 14x14 in 32 groups of 16."""
+    return resnext_block(batch=batch, channels=512, groups=32, size=14)
+
+
 def unet_up(batch: int = 2, channels: int = 64, size: int = 28, seed: int = 0, opset: int = 13) -> onnx.ModelProto:
     """A UNet decoder step: ConvTranspose (k2 s2, halving the channels), Concat with a skip tensor
     (here the input upsampled by Resize nearest, a 1x1 conv to match), 3x3 conv + Relu."""

@@ -3,8 +3,9 @@ channels x output width (TVM's NCHW[x]c schedule, oneDNN's nChw16c), from an NCH
 
 A convolution anchor is a sum of ``D[n, c, p*st + r*dil, q*st + s*dil] * W[k, c, r, s]`` (``D`` the
 data or its zero-padding stage, ``W`` the weights) or, depthwise, of ``D[n, c, p.., q..] * W[c, 0, r, s]``.
-:func:`find_convs` recognizes them from their index expressions (no operator names), and
-:func:`tile_conv` schedules one, every tunable value a decision:
+:func:`find_convs` (``schedules/conv_match.py``) recognizes them from their index expressions (no operator
+names), and the built-in blocked forms of a model's activations (``conv2d_nchwc``, grouped, depthwise, pooling),
+and :func:`tile_conv` schedules one, every tunable value a decision:
 
 - the data is packed to NCHW[cb]c, ``D_pack[n, c//cb, h, w, c%cb]``; a padding stage is packed and
   then inlined into its pack, so padding and relayout are one pass (no separate padded copy);
@@ -22,6 +23,8 @@ data or its zero-padding stage, ``W`` the weights) or, depthwise, of ``D[n, c, p
   with a stride packs only the rows and columns it reads (``pack(..., strides=...)``) and runs
   stride 1 on that copy (docs/decisions/034-subsampled-strided-1x1-pack.md);
 - pooling may instead run on the NCHW rows without channel blocks (``schedules/pool_rows.py``).
+- a blocked depthwise conv tiles one channel block by a row of at most 8 vectors (:func:`depthwise_tile`),
+  each tile a task, its padding copied per task (docs/decisions/037-blocked-depthwise.md).
 
 The heuristic start fills the vector registers (accumulators + weight vectors + one broadcast) with
 the tile that wastes least on the edges of this shape, and where a task's weights pass L1 grows the

@@ -176,13 +176,14 @@ def _is_conv_group(group) -> bool:
 
 def choose_blocked(graph: Graph, groups: list) -> dict:
     """Value -> blocked layout (``nchw32c``, ``nchw16c``, ``nchw8c``): the output of every conv group the blocked
-    form computes, of every depthwise conv group (in its input's block) and of every group of pools and
+    form computes (group-1 and many-group convs), of every depthwise conv group (in its input's block) and
+    of every group of pools and
     elementwise ops that reads such a value, so that consecutive convolutions exchange their
     activations in the layout they compute in (no repack, no transposing copy-out;
     docs/decisions/035-blocked-activations-between-convs.md, 037-blocked-depthwise.md).
 
-    A value is not blocked where a conv computed row-major (a channel multiplier, grouped,
-    non-constant weights, a stem) reads it: that conv keeps reading row-major data, which the convolution rule packs
+    A value is not blocked where a conv computed row-major (a channel multiplier, groups that fit no
+    block, non-constant weights, a stem) reads it: that conv keeps reading row-major data, which the convolution rule packs
     itself. Other readers read through the layout (index arithmetic of :class:`~graph.lower.core.Val`). A graph output
     may be blocked (:func:`plan_blocked` then adds a copy to row-major). ``groups`` in topological order."""
     readers: dict = {}

@@ -3,8 +3,9 @@ channels x output width (TVM's NCHW[x]c schedule, oneDNN's nChw16c), from an NCH
 
 A convolution anchor is a sum of ``D[n, c, p*st + r*dil, q*st + s*dil] * W[k, c, r, s]`` (``D`` the
 data or its zero-padding stage, ``W`` the weights) or, depthwise, of ``D[n, c, p.., q..] * W[c, 0, r, s]``.
-:func:`find_convs` recognizes them from their index expressions (no operator names), and
-:func:`tile_conv` schedules one, every tunable value a decision:
+:func:`find_convs` (``schedules/conv_match.py``) recognizes them from their index expressions (no operator
+names), and the built-in blocked forms of a model's activations (``conv2d_nchwc``, grouped, depthwise, pooling),
+and :func:`tile_conv` schedules one, every tunable value a decision:
 
 - the data is packed to NCHW[cb]c, ``D_pack[n, c//cb, h, w, c%cb]``; a padding stage is packed and
   then inlined into its pack, so padding and relayout are one pass (no separate padded copy);
@@ -22,6 +23,8 @@ data or its zero-padding stage, ``W`` the weights) or, depthwise, of ``D[n, c, p
   with a stride packs only the rows and columns it reads (``pack(..., strides=...)``) and runs
   stride 1 on that copy (docs/decisions/034-subsampled-strided-1x1-pack.md);
 - pooling may instead run on the NCHW rows without channel blocks (``schedules/pool_rows.py``).
+- a blocked depthwise conv tiles one channel block by a row of at most 8 vectors (:func:`depthwise_tile`),
+  each tile a task, its padding copied per task (docs/decisions/037-blocked-depthwise.md).
 
 The heuristic start fills the vector registers (accumulators + weight vectors + one broadcast) with
 the tile that wastes least on the edges of this shape, and where a task's weights pass L1 grows the
@@ -32,13 +35,10 @@ docs/decisions/023-convolution-rule.md and 029-conv-start-odd-widths-and-small-1
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from schedules.lowering.checks import MAX_VECTOR_LANES
-from tensorir.te import AxisKind, Reduce, TensorRead
-from tensorir.te.expr import Binary, BinOp, Const, Var
-from tensorir.tir.analysis.affine import coefficient
+from tensorir.te import AxisKind
 
+from .conv_match import ConvInfo, find_convs  # noqa: F401  (find_convs: the space finds the anchors here)
 from .pool_rows import tile_pool_rows
 from .prefetch import PANEL_DISTANCE, prefetch_decision
 from .tiling import fuse_parallel, split_all
@@ -51,191 +51,6 @@ DW_ORDERS = ("|rs", "rs|", "r|s")
 PAD_ROWS_WEIGHTS = 1 << 18  # weight values up to which a blocked conv pads its data per row task (1 MiB fp32)
 QT_CHOICES = (1, 2, 3, 4, 5, 6, 7, 8, 12, 14, 16, 28)   # register-tile columns offered (and the heuristic's)
 CONV_PREFETCH = PANEL_DISTANCE   # bytes ahead the start prefetches a packed weight block (0: none)
-
-
-@dataclass(frozen=True)
-class ConvInfo:
-    """A recognized convolution anchor."""
-    anchor: str
-    data: str              # the tensor the anchor reads (placeholder, or the padding stage)
-    pad_stage: str | None  # the padding stage (packed, then inlined into its pack)
-    weights: str | None    # None: pooling (a depthwise window without weights)
-    depthwise: bool
-    C: int                 # input channels (depthwise: channels)
-    K: int                 # output channels
-    P: int
-    Q: int
-    R: int
-    S: int
-    c_var: str = ""        # names of the reduce variables (input channels, taps)
-    r_var: str = ""
-    s_var: str = ""
-    ci_var: str = ""       # blocked built-in: the variable of the input channels within a block
-    blocked: bool = False  # the built-in blocked form (conv2d_nchwc): layouts given, nothing packed
-    cb: int = 0            # its blocks of input and output channels
-    kb: int = 0
-    stride: int = 1        # of a pooling window or a 1x1 convolution without padding (rows and columns alike)
-
-
-def _bare(e, var_set) -> Var | None:
-    return e if isinstance(e, Var) and e in var_set else None
-
-
-def _mentions(e, v) -> bool:
-    from tensorir.te import walk
-    return any(n == v for n in walk(e))
-
-
-def find_convs(g) -> dict:
-    """``{anchor name: ConvInfo}`` for every convolution-shaped reduction of stage graph ``g``."""
-    out = {}
-    for st in g.stages:
-        info = _match(g, st)
-        if info is not None:
-            out[st.name] = info
-    return out
-
-
-def _match(g, st) -> ConvInfo | None:
-    body = st.body
-    if not isinstance(body, Reduce) or st.dtype not in ("float32", "float64"):
-        return None
-    spatial = st.spatial_root
-    red = {st.root_vars[a] for a in st.root if st.loops[a].kind is AxisKind.REDUCE}
-    src = body.source
-    if isinstance(src, TensorRead) and len(spatial) == 4:
-        return _match_pool(g, st, red, src)
-    if isinstance(src, TensorRead) and len(spatial) == 5:
-        return _match_pool_blocked(g, st, red, src)
-    if body.reducer.value != "sum":
-        return None
-    if not (isinstance(src, Binary) and src.op is BinOp.MUL and isinstance(src.a, TensorRead)
-            and isinstance(src.b, TensorRead)):
-        return None
-    if len(spatial) == 5:
-        return _match_blocked(g, st, red, src)
-    if len(spatial) != 4:
-        return None
-    n, k, p, q = (st.root_vars[a] for a in spatial)
-    for d, w in ((src.a, src.b), (src.b, src.a)):
-        if len(d.indices) != 4 or len(w.indices) != 4 or d.tensor is w.tensor:
-            continue
-        wi, di = w.indices, d.indices
-        r, s = _bare(wi[2], red), _bare(wi[3], red)
-        if r is None or s is None or r == s or wi[0] != k:
-            continue
-        c = _bare(wi[1], red)
-        depthwise = c is None and isinstance(wi[1], Const) and w.tensor.shape[1] == 1
-        if c is None and not depthwise:
-            continue
-        chan = k if depthwise else c
-        if di[0] != n or di[1] != chan or not (_mentions(di[2], p) and _mentions(di[2], r)) \
-                or not (_mentions(di[3], q) and _mentions(di[3], s)) or _mentions(di[2], q) or _mentions(di[3], p):
-            continue
-        if red != ({r, s} if depthwise else {c, r, s}):
-            continue
-        if not getattr(w.tensor, "is_placeholder", False):
-            continue
-        ok, pad = _data_stage(g, d)
-        if not ok:
-            continue
-        K, P, Q = st.shape[1], st.shape[2], st.shape[3]
-        C = K if depthwise else d.tensor.shape[1]
-        R, S = w.tensor.shape[2], w.tensor.shape[3]
-        stride = 1
-        if R * S == 1 and pad is None and not depthwise:
-            sh, sw = coefficient(di[2], p), coefficient(di[3], q)
-            stride = sh if sh == sw and sh and sh > 1 else 1
-        return ConvInfo(st.name, g.name_of(d.tensor), pad, g.name_of(w.tensor), depthwise, C, K, P, Q,
-                        R, S, "" if depthwise else c.name, r.name, s.name, stride=stride)
-    return None
-
-
-def _data_stage(g, d) -> tuple:
-    """(ok, padding stage name or None) for the tensor a window reads: a placeholder, or one
-    elementwise stage of a placeholder read by nothing else (the padding)."""
-    if getattr(d.tensor, "is_placeholder", False):
-        return True, None
-    ps = g.stage_of(d.tensor)
-    if ps is None or ps.is_output or ps.is_reduction or len(ps.read_tensors()) != 1 \
-            or not getattr(ps.read_tensors()[0], "is_placeholder", False) or len(g.consumers(ps)) != 1:
-        return False, None
-    return True, ps.name
-
-
-def _match_pool(g, st, red, d) -> ConvInfo | None:
-    """``Y[n, c, p, q] = max or sum over (r, s) of D[n, c, p*st + r, q*st + s]``: pooling, a depthwise
-    window without weights."""
-    n, c, p, q = (st.root_vars[a] for a in st.spatial_root)
-    if len(d.indices) != 4 or len(red) != 2 or d.indices[0] != n or d.indices[1] != c:
-        return None
-    r = next((v for v in red if _mentions(d.indices[2], v)), None)
-    s = next((v for v in red if _mentions(d.indices[3], v)), None)
-    if r is None or s is None or r == s or not _mentions(d.indices[2], p) or not _mentions(d.indices[3], q) \
-            or _mentions(d.indices[2], s) or _mentions(d.indices[3], r):
-        return None
-    ok, pad = _data_stage(g, d)
-    if not ok:
-        return None
-    R = next(st.loops[a].extent for a in st.root if st.root_vars[a] == r)
-    S = next(st.loops[a].extent for a in st.root if st.root_vars[a] == s)
-    C, P, Q = st.shape[1], st.shape[2], st.shape[3]
-    sh, sw = coefficient(d.indices[2], p), coefficient(d.indices[3], q)
-    return ConvInfo(st.name, g.name_of(d.tensor), pad, None, True, C, C, P, Q, R, S, "", r.name, s.name,
-                    stride=sh if sh == sw and sh and sh > 1 else 1)
-
-
-def _match_pool_blocked(g, st, red, d) -> ConvInfo | None:
-    """``Y[n, co, p, q, ci] = max or sum over (r, s) of D[n, co, p*st + r, q*st + s, ci]``: pooling on
-    the blocked layout (a model's activations between convolutions)."""
-    n, co, p, q, ci = (st.root_vars[a] for a in st.spatial_root)
-    di = d.indices
-    if len(di) != 5 or len(red) != 2 or di[0] != n or di[1] != co or di[4] != ci:
-        return None
-    r = next((v for v in red if _mentions(di[2], v)), None)
-    s = next((v for v in red if _mentions(di[3], v)), None)
-    if r is None or s is None or r == s or not _mentions(di[2], p) or not _mentions(di[3], q) \
-            or _mentions(di[2], s) or _mentions(di[3], r):
-        return None
-    pad = None
-    if not getattr(d.tensor, "is_placeholder", False):
-        ps = g.stage_of(d.tensor)
-        if ps is None or ps.is_output or ps.is_reduction:
-            return None
-        pad = ps.name
-    R = next(st.loops[a].extent for a in st.root if st.root_vars[a] == r)
-    S = next(st.loops[a].extent for a in st.root if st.root_vars[a] == s)
-    b = st.shape[4]
-    C, P, Q = st.shape[1] * b, st.shape[2], st.shape[3]
-    return ConvInfo(st.name, g.name_of(d.tensor), pad, None, True, C, C, P, Q, R, S, "", r.name, s.name,
-                    "", True, b, b)
-
-
-def _match_blocked(g, st, red, src) -> ConvInfo | None:
-    """``Y[n, ko, p, q, ki] = sum D[n, co, p.., q.., ci] * W[ko, co, r, s, ci, ki]`` (conv2d_nchwc)."""
-    n, ko, p, q, ki = (st.root_vars[a] for a in st.spatial_root)
-    for d, w in ((src.a, src.b), (src.b, src.a)):
-        if len(d.indices) != 5 or len(w.indices) != 6 or not getattr(w.tensor, "is_placeholder", False):
-            continue
-        wi, di = w.indices, d.indices
-        co, r, s, ci = (_bare(wi[i], red) for i in (1, 2, 3, 4))
-        if None in (co, r, s, ci) or len({co, r, s, ci}) != 4 or red != {co, r, s, ci} \
-                or wi[0] != ko or wi[5] != ki:
-            continue
-        if di[0] != n or di[1] != co or di[4] != ci or not (_mentions(di[2], p) and _mentions(di[2], r)) \
-                or not (_mentions(di[3], q) and _mentions(di[3], s)):
-            continue
-        pad = None
-        if not getattr(d.tensor, "is_placeholder", False):
-            ps = g.stage_of(d.tensor)
-            if ps is None or ps.is_output or ps.is_reduction:
-                continue
-            pad = ps.name
-        cb, kb = w.tensor.shape[4], w.tensor.shape[5]
-        return ConvInfo(st.name, g.name_of(d.tensor), pad, g.name_of(w.tensor), False,
-                        w.tensor.shape[1] * cb, w.tensor.shape[0] * kb, st.shape[2], st.shape[3],
-                        w.tensor.shape[2], w.tensor.shape[3], co.name, r.name, s.name, ci.name, True, cb, kb)
-    return None
 
 
 # --------------------------------------------------------------------- choices
@@ -301,6 +116,19 @@ def heuristic_tile(info: ConvInfo, lanes: int, registers: int) -> tuple:
     return best
 
 
+DW_ACCUMULATORS = 8   # a blocked depthwise conv's register tile, in vectors
+
+
+def depthwise_tile(info: ConvInfo, lanes: int) -> int:
+    """Output columns of a blocked depthwise conv's register tile (one row, the channel block): the
+    widest of at most ``DW_ACCUMULATORS`` vectors that wastes least on the row's edge.  Each FMA
+    loads its own input vector (no broadcast to share), so a wide tile saves nothing but spills:
+    MobileNet-V2's 192@56 ran 0.30 ms at 4 columns of 2 vectors, 0.31 at 7, 0.41 at 14."""
+    m = -(-info.kb // lanes)
+    widths = range(1, max(1, DW_ACCUMULATORS // m) + 1)
+    return max(widths, key=lambda qt: (round(qt * _edge_share(info.Q, qt), 9), -qt))
+
+
 def local_rows(choices: list, row_values: int, other_tasks: int, p_tiles: int, cores: int) -> int:
     """Row tiles per local tile: the most that keep its accumulators within ``LOCAL_VALUES`` and
     leave at least ``cores`` parallel tasks (``other_tasks`` of them from the channel and column
@@ -355,9 +183,10 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
     kb0, qt0, pt0 = heuristic_tile(info, lanes, space.registers)
     if info.blocked:    # the layout's blocks are given: the tile takes whole blocks of output channels
         per = info.kb
-        src.hint(f"{name}.kb", min(4, max(1, kb0 // per)) * per)
-        kb = src.choose(f"{name}.kb", [b * per for b in (1, 2, 3, 4) if b * per <= max(per, MAX_VECTOR_LANES)
-                                       and (b - 1) * per < info.K])
+        # (a depthwise conv: one block, its tasks as many as its blocks)
+        src.hint(f"{name}.kb", per if info.depthwise and info.weights is not None else min(4, max(1, kb0 // per)) * per)
+        kb = src.choose(f"{name}.kb", [per] if info.grouped else
+                        [b * per for b in (1, 2, 3, 4) if b * per <= max(per, MAX_VECTOR_LANES) and (b - 1) * per < info.K])
         cb = info.cb
     else:
         src.hint(f"{name}.kb", kb0)
@@ -371,6 +200,9 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
             cb = src.choose(f"{name}.cb", blocks)
     m = -(-kb // lanes)
     budget = max(1, (space.registers - m - spare_registers(info, space.registers, m)) // m)
+    dw_blocked = info.blocked and info.depthwise and info.weights is not None
+    if dw_blocked:
+        qt0, pt0 = depthwise_tile(info, lanes), 1
     src.hint(f"{name}.pt", pt0)
     pt = src.choose(f"{name}.pt", [c for c in space.small_choices(info.P, (1, 2, 3, 4)) if c <= budget] or [1])
     src.hint(f"{name}.qt", qt0)
@@ -380,7 +212,9 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
                                           if c * pt <= budget}) or [1])
     # the local tile: register tiles per output row (the row's reuse of one channel block's weights)
     q_tiles = -(-info.Q // qt)
-    src.hint(f"{name}.q2", q_tiles if q_tiles * qt * pt * kb <= LOCAL_VALUES else 1)
+    # a blocked depthwise conv's weights are a few vectors per block (nothing to reuse along a row):
+    # the local tile is the register tile (a whole row's ran 1.5x as long, MobileNet-V2's 192@56)
+    src.hint(f"{name}.q2", 1 if dw_blocked else q_tiles if q_tiles * qt * pt * kb <= LOCAL_VALUES else 1)
     q2 = src.choose(f"{name}.q2", space.level_choices(q_tiles))
     p_tiles = max(1, -(-info.P // pt))
     p_choices = space.level_choices(p_tiles)
@@ -465,7 +299,8 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
     # a blocked conv's padded copy of its data, likewise per task of output rows (no pass over the whole
     # input before the tasks start; each task's rows hot in its cache when its windows read them)
     pad_rows = False
-    if info.blocked and info.weights is not None and info.pad_stage is not None and row_tasks >= space.options.cores:
+    if info.blocked and info.weights is not None and not info.depthwise and info.pad_stage is not None \
+            and row_tasks >= space.options.cores:
         # the heuristic: where all the conv's weights fit half an L2 (each row task reads every
         # channel block's); why: docs/decisions/039-blocked-conv-pads-per-row-task.md
         src.hint(f"{name}.pad_at_rows", info.K * info.C * info.R * info.S <= PAD_ROWS_WEIGHTS)
@@ -478,6 +313,14 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
         # a pool over blocked data reads each element about once: its padding is a guard on the
         # reads, not a padded copy of the whole input (ResNet-18's 3x3 s2 max pool: 3 MiB copied)
         s = s.compute_inline(info.pad_stage)
+    pad_at = None
+    if info.blocked and info.weights is not None and info.depthwise and info.pad_stage is not None:
+        # a blocked depthwise conv's padding (or the relayout of a row-major input): a padded copy of
+        # the rows each task reads, guarded reads on every tap, or one copy of the whole input
+        src.hint(f"{name}.pad_at", "task")
+        pad_at = src.choose(f"{name}.pad_at", ["task", "inline", "root"])
+        if pad_at == "inline":
+            s = s.compute_inline(info.pad_stage)
     outer = epilogue
     local = name
     if outer is None:
@@ -509,7 +352,15 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
             if p == w_pack and info.R * info.S > 1:
                 s = _chunks_outside_taps(s, w_pack)
     else:
+        if dw_blocked:
+            # the channel blocks last, so that the start puts them first (it takes the last axis): a
+            # thread's consecutive tasks read the same block's rows (2x as fast as rows first, 192@56)
+            l0 = [l0[0], l0[2], l0[3], l0[1], l0[4]]
+            s = s.reorder(*l0)
         s = fuse_parallel(s, l0, src, outer)
+        if pad_at == "task":
+            s = s.compute_at(info.pad_stage, s.loops(outer)[0])
+            s = space._elementwise(s, src, info.pad_stage, keep_outer=True, parallel=False)
     s = _vectorize_copy(s, l1[-1], lanes)
 
     # the local tile: reduce loops around the register tile in the decided order
@@ -548,7 +399,8 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
         # the weight block streams through the innermost reduction loop, cold in a model (the other
         # layers' weights evicted it): prefetched ahead as a product's panel is (decision 028; the
         # start's distance: docs/decisions/032-conv-weight-prefetch.md)
-        s = prefetch_decision(src, f"{name}.prefetch_{info.weights}", s, w_stream, below[-1], CONV_PREFETCH)
+        s = prefetch_decision(src, f"{name}.prefetch_{info.weights}", s, w_stream, below[-1],
+                              0 if dw_blocked else CONV_PREFETCH)   # (a depthwise block's weights: 1-2 KiB)
     fmas = pt * qt * m
     if below:
         last = below[-1]
@@ -556,6 +408,7 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
                 and src.choose(f"{name}.unroll_inner", [True, False]):
             s = s.unroll(last)
     done = {name, outer, local, *packs}
-    if info.pad_stage is not None and (not info.blocked or info.weights is None or pad_rows):
+    if info.pad_stage is not None and (not info.blocked or info.weights is None or pad_rows
+                                       or pad_at in ("task", "inline")):
         done.add(info.pad_stage)
     return s, done

@@ -158,6 +158,33 @@ def mobilenet_block(batch: int = 1, channels: int = 32, expansion: int = 6, size
     return m.model("mobilenet_block", shape, y, shape)
 
 
+def mobilenet_chain(batch: int = 1, channels: int = 24, size: int = 56, seed: int = 0,
+                    blocks: tuple = ((6, 32, 2), (6, 32, 1), (6, 64, 2))) -> onnx.ModelProto:
+    """Consecutive MobileNet-V2 inverted residual blocks (BatchNorm folded into biased convs, ReLU6
+    as Clip): each ``(expansion, output channels, stride)`` is 1x1 expand + ReLU6, depthwise 3x3 of
+    that stride + ReLU6, 1x1 project, and a residual Add where the shape is kept. The default
+    starts at 24@56 (stage 3 of MobileNet-V2: 144 channels expanded, a stride-2 depthwise)."""
+    m = ModelMaker(seed, 13)
+    lo, hi = m.scalar("relu6.min", 0.0), m.scalar("relu6.max", 6.0)
+
+    def conv(x, scope, c_in, c_out, k, group, stride=1):
+        param = scope.strip("/").replace("/", ".")
+        w = m.weight(f"{param}.weight", (c_out, c_in // group, k, k), math.sqrt(2 / (c_in // group * k * k)))
+        b = m.weight(f"{param}.bias", (c_out,), 0.1)
+        return m.node("Conv", [x, w, b], scope, kernel_shape=[k, k], pads=[k // 2] * 4, group=group,
+                      strides=[stride, stride])
+
+    x, c, hw = "input", channels, size
+    for i, (expansion, c_out, stride) in enumerate(blocks):
+        hidden = c * expansion
+        y = m.node("Clip", [conv(x, f"/b{i}/expand", c, hidden, 1, 1), lo, hi], f"/b{i}/expand/relu6")
+        y = m.node("Clip", [conv(y, f"/b{i}/dw", hidden, hidden, 3, hidden, stride), lo, hi], f"/b{i}/dw/relu6")
+        y = conv(y, f"/b{i}/project", hidden, c_out, 1, 1)
+        x = m.node("Add", [x, y], f"/b{i}/add") if (stride, c_out) == (1, c) else y
+        c, hw = c_out, -(-hw // stride)
+    return m.model("mobilenet_chain", (batch, channels, size, size), x, (batch, c, hw, hw))
+
+
 # ------------------------------------------------------------------ BERT encoder layer
 
 def _layer_norm(m: ModelMaker, x: str, scope: str, hidden: int) -> str:
@@ -254,6 +281,16 @@ def resnext_block(batch: int = 2, channels: int = 64, groups: int = 4, size: int
     y = m.node("Relu", [m.node("Add", [conv(y, "/conv3", channels, channels, 1, 1), "input"], "/add")], "/relu")
     shape = (batch, channels, size, size)
     return m.model("resnext_block", shape, y, shape)
+
+
+def resnext_g32_56(batch: int = 1) -> onnx.ModelProto:
+    """ResNeXt-50 (32x4d)'s first-stage bottleneck width: 128 channels at 56x56 in 32 groups of 4."""
+    return resnext_block(batch=batch, channels=128, groups=32, size=56)
+
+
+def resnext_g32_14(batch: int = 1) -> onnx.ModelProto:
+    """ResNeXt-50 (32x4d)'s third-stage bottleneck width: 512 channels at 14x14 in 32 groups of 16."""
+    return resnext_block(batch=batch, channels=512, groups=32, size=14)
 
 
 def unet_up(batch: int = 2, channels: int = 64, size: int = 28, seed: int = 0, opset: int = 13) -> onnx.ModelProto:

@@ -124,14 +124,14 @@ def test_pools_between_convolutions_keep_the_blocked_layout():
 def test_values_read_by_row_major_convs_or_returned_stay_row_major():
     n = Net([1, 8, 12, 12])
     a = n.conv("x", 8, 16, 3, pads=(1, 1, 1, 1))
-    dw = n.conv(a, 16, 16, 3, pads=(1, 1, 1, 1), group=16)      # depthwise: computed row-major
-    b = n.conv(dw, 16, 16, 1)                                    # reads a row-major value
+    dw = n.conv(a, 16, 32, 3, pads=(1, 1, 1, 1), group=16)      # channel multiplier 2: computed row-major
+    b = n.conv(dw, 32, 16, 1)                                    # reads a row-major value
     p = n.op("MaxPool", [b], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
     c = n.conv(p, 16, 32, 3, pads=(1, 1, 1, 1))
     d = n.conv(c, 32, 16, 1)
     model = n.model([d, b])
     plan = plan_graph(load(model))
-    # a is read by the depthwise conv: row-major. b is a graph output computed from row-major data:
+    # a is read by the row-major depthwise conv: row-major. b is a graph output computed from row-major data:
     # written row-major. d, a graph output computed from blocked data, is written blocked and copied
     # to row-major by a relayout group
     assert a not in plan.layouts and b not in plan.layouts and p not in plan.layouts

@@ -18,7 +18,7 @@ import dataclasses
 
 from graph.ir import Graph, Node
 from graph.lower.core import NHWC, blocked
-from graph.lower.linalg import conv_block
+from graph.lower.linalg import conv_block, grouped_block, is_blocked_depthwise
 from graph.ops.registry import Pattern, get_op
 from tensorir.target import Target
 
@@ -108,29 +108,66 @@ def _with_relayouts(graph: Graph, groups: list, layout_of, suffix: str) -> tuple
     return graph.replace(nodes=nodes, types=types), out_groups, layouts
 
 
-def _blocked_conv(graph: Graph, group):
-    """The output block of a group anchored by a conv the blocked form computes (group 1, constant
-    4-d weights, float, at least 8 input channels per block, an epilogue that keeps the conv's shape),
-    else None."""
+def _anchor_types(graph: Graph, group):
+    """``(anchor, output type, data type, weights)`` of a group anchored by a conv with constant 4-d
+    float weights whose epilogue keeps the conv's shape, else None."""
     anchor = next((n for n in group.nodes if n.op == "Conv"), None)
     if anchor is None or len(group.outputs) != 1 or group.outputs[0] != group.nodes[-1].outputs[0]:
         return None
     t = graph.types[group.outputs[0]]
     x = graph.types[anchor.inputs[0]]
     w = graph.constants.get(anchor.inputs[1]) if len(anchor.inputs) > 1 else None
-    if t.rank != 4 or x.rank != 4 or w is None or w.ndim != 4 or anchor.attr("group", 1) != 1 \
+    if t.rank != 4 or x.rank != 4 or w is None or w.ndim != 4 \
             or t.shape != graph.types[anchor.outputs[0]].shape or t.dtype not in ("float32", "float64") \
             or x.dtype != t.dtype or w.dtype != t.dtype:
         return None
+    return anchor, t, x, w
+
+
+def _out_block(k: int) -> int:
+    """The block of ``k`` output channels: the first of :func:`out_blocks` that divides ``k``, else one
+    block of the largest divisor up to two vectors (10 channels: one block of 10, a partial vector),
+    so that a conv with an odd channel count does not turn its producers row-major."""
+    return next((b for b in out_blocks() if k % b == 0), None) or max(d for d in range(1, out_blocks()[0] + 1)
+                                                                      if k % d == 0)
+
+
+def _blocked_conv(graph: Graph, group):
+    """The output block of a group anchored by a conv the blocked form computes (group 1, constant
+    4-d weights, float, at least 8 input channels per block, an epilogue that keeps the conv's shape),
+    else None."""
+    found = _anchor_types(graph, group)
+    if found is None or found[0].attr("group", 1) != 1:
+        return None
+    _, t, x, _ = found
     if conv_block(x.shape[1]) < 8:
         # a stem's few input channels: the row-major form packs them per row task as plain rows
         # (decision 023); computed blocked, ResNet-18's 7x7 stem took 2.2x as long
         return None
-    k = t.shape[1]
-    # else one block of the largest divisor up to two vectors (10 channels: one block of 10, a
-    # partial vector), so that a conv with an odd channel count does not turn its producers row-major
-    return next((b for b in out_blocks() if k % b == 0), None) or max(d for d in range(1, out_blocks()[0] + 1)
-                                                                         if k % d == 0)
+    return _out_block(t.shape[1])
+
+
+def _blocked_grouped(graph: Graph, group):
+    """The block of a group anchored by a grouped conv the blocked grouped form computes (its output
+    blocks read whole input blocks of their group: one vector, else 8 channels), else None."""
+    found = _anchor_types(graph, group)
+    if found is None or found[0].attr("group", 1) == 1:
+        return None
+    anchor, t, x, w = found
+    if is_blocked_depthwise(x.shape[1], t.shape[1], anchor.attr("group", 1), w.shape):
+        return None
+    lanes = Target.host().lanes32
+    return grouped_block(x.shape[1], t.shape[1], anchor.attr("group", 1), tuple(sorted({lanes, 8}, reverse=True)))
+
+
+def _blocked_depthwise(graph: Graph, group) -> bool:
+    """Whether a group is anchored by a depthwise conv the blocked form computes (one input channel
+    per output channel, constant weights, float, an epilogue that keeps the conv's shape)."""
+    found = _anchor_types(graph, group)
+    if found is None:
+        return False
+    anchor, t, x, w = found
+    return is_blocked_depthwise(x.shape[1], t.shape[1], anchor.attr("group", 1), w.shape)
 
 
 def _is_conv_group(group) -> bool:
@@ -139,19 +176,25 @@ def _is_conv_group(group) -> bool:
 
 def choose_blocked(graph: Graph, groups: list) -> dict:
     """Value -> blocked layout (``nchw32c``, ``nchw16c``, ``nchw8c``): the output of every conv group the blocked
-    form computes, and of every group of pools and elementwise ops that reads such a value, so that
-    consecutive convolutions exchange their activations in the layout they compute in (no repack,
-    no transposing copy-out; docs/decisions/035-blocked-activations-between-convs.md).
+    form computes (group-1 and many-group convs), of every depthwise conv group (in its input's block) and
+    of every group of pools and
+    elementwise ops that reads such a value, so that consecutive convolutions exchange their
+    activations in the layout they compute in (no repack, no transposing copy-out;
+    docs/decisions/035-blocked-activations-between-convs.md, 037-blocked-depthwise.md).
 
-    A value is not blocked where a conv computed row-major (depthwise, grouped, non-constant weights,
-    a stem) reads it: that conv keeps reading row-major data, which the convolution rule packs
+    A value is not blocked where a conv computed row-major (a channel multiplier, groups that fit no
+    block, non-constant weights, a stem) reads it: that conv keeps reading row-major data, which the convolution rule packs
     itself. Other readers read through the layout (index arithmetic of :class:`~graph.lower.core.Val`). A graph output
     may be blocked (:func:`plan_blocked` then adds a copy to row-major). ``groups`` in topological order."""
     readers: dict = {}
     for g in groups:
         for v in g.inputs:
             readers.setdefault(v, []).append(g)
-    conv_block = {id(g): _blocked_conv(graph, g) for g in groups}
+    conv_block = {id(g): _blocked_conv(graph, g) or _blocked_grouped(graph, g) for g in groups}
+    # a depthwise conv computes blocked in its input's block (channels map one to one), or relays a
+    # row-major input into the block its channels would get as a conv's output
+    depthwise = {id(g): next(n for n in g.nodes if n.op == "Conv").inputs[0] for g in groups
+                 if _blocked_depthwise(graph, g)}
     keeps = {id(g) for g in groups if len(g.outputs) == 1 and graph.types[g.outputs[0]].rank == 4
              and not _is_conv_group(g) and _keeps_layout(graph, g, {v: NHWC for v in g.inputs})}
     banned: set = set()
@@ -163,6 +206,8 @@ def choose_blocked(graph: Graph, groups: list) -> dict:
             out = g.outputs[0]
             if conv_block[id(g)]:
                 layouts[out] = blocked(conv_block[id(g)])
+            elif id(g) in depthwise:
+                layouts[out] = layouts.get(depthwise[id(g)]) or blocked(_out_block(graph.types[out].shape[1]))
             elif id(g) in keeps:
                 c = graph.types[out].shape[1]
                 src = next((layouts[v] for v in g.inputs if v in layouts and graph.types[v].rank == 4
@@ -182,7 +227,7 @@ def choose_blocked(graph: Graph, groups: list) -> dict:
             for r in readers.get(v, []):
                 # a conv computed row-major needs row-major data (its rule packs it); other readers
                 # (keeps, reshapes, reductions, products) read through the layout
-                if _is_conv_group(r) and not (conv_block[id(r)] and id(r) not in banned):
+                if _is_conv_group(r) and not ((conv_block[id(r)] or id(r) in depthwise) and id(r) not in banned):
                     bad.add(id(next(g for g in groups if g.outputs[0] == v)))
         if not bad - banned:
             return layouts

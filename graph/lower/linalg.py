@@ -70,7 +70,9 @@ def _conv(ctx, node, ins, outs):
     _, _, p_, q_ = shape
     kg = k_ // group
     if block_of(ctx.layout_for(shape)):
-        y = _conv_blocked(ctx, node, x, ctx.constant_value(node.inputs[1]), shape, dtype)
+        form = _depthwise_blocked if is_blocked_depthwise(c_, k_, group, w.shape) else \
+            _grouped_blocked if group > 1 else _conv_blocked
+        y = form(ctx, node, x, ctx.constant_value(node.inputs[1]), shape, dtype)
         if bias is None:
             return [y]
         return [ctx.emit(shape, dtype, lambda n, k, p, q: y(n, k, p, q) + bias(k), "bias")]
@@ -109,27 +111,15 @@ def _conv_blocked(ctx, node, x, weights, shape, dtype):
     weights."""
     if weights is None or node.attr("group", 1) != 1:
         raise LoweringError(f"internal: node {node.name} (Conv) planned blocked needs group 1 and constant weights")
-    n_, c_, h_, w_ = x.shape
+    n_, c_, _, _ = x.shape
     k_, _, r_, s_ = weights.shape
     sh, sw = node.attr("strides", (1, 1))
-    pt, pl, _, _ = node.attr("pads", (0, 0, 0, 0))
     dh, dw = node.attr("dilations", (1, 1))
     _, _, p_, q_ = shape
+    sdt = storage_dtype(dtype)
     kb = block_of(ctx.blocked_layout)
     cb = block_of(x.layout) or conv_block(c_)
-    hp = max(h_ + pt, (p_ - 1) * sh + (r_ - 1) * dh + 1)
-    wp = max(w_ + pl, (q_ - 1) * sw + (s_ - 1) * dw + 1)
-    sdt = storage_dtype(dtype)
-    if block_of(x.layout) and (hp, wp) == (h_, w_) and not (pt or pl):
-        data = x.tensor
-    else:
-        def relaid(n, co, h, w, ci):
-            conds = [c for c in (h >= pt if pt else None, h < h_ + pt if hp > h_ + pt else None,
-                                 w >= pl if pl else None, w < w_ + pl if wp > w_ + pl else None) if c is not None]
-            hh, ww = (h - pt if pt else h), (w - pl if pl else w)
-            read = x.tensor[n, co, hh, ww, ci] if block_of(x.layout) else x.tensor[n, co * cb + ci, hh, ww]
-            return te.if_then_else(te.all(*conds), read, te.const(0.0, sdt)) if conds else read
-        data = te.compute((n_, c_ // cb, hp, wp, cb), relaid, ctx.name("pad"))
+    data = _blocked_input(ctx, node, x, cb, shape, r_, s_)
     packed = np.ascontiguousarray(np.asarray(weights).reshape(k_ // kb, kb, c_ // cb, cb, r_, s_)
                                   .transpose(0, 2, 4, 5, 3, 1))
     wt = ctx.constant(packed, "weights")
@@ -143,6 +133,124 @@ def _conv_blocked(ctx, node, x, weights, shape, dtype):
     y = te.compute((n_, k_ // kb, p_, q_, kb), f, ctx.name("conv"))
     if y.dtype != sdt:
         raise LoweringError(f"node {node.name} (Conv): blocked form needs {sdt} data and weights")
+    return Val(y, dtype, shape, ctx.blocked_layout)
+
+
+def _blocked_input(ctx, node, x, cb: int, shape, r_: int, s_: int):
+    """The data a blocked form reads, (N, C/cb, Hp, Wp, cb): ``x`` itself where it is blocked by ``cb`` and
+    no padding is needed, else one stage that pads it (and relays ``x`` into blocks of ``cb``)."""
+    n_, c_, h_, w_ = x.shape
+    sh, sw = node.attr("strides", (1, 1))
+    pt, pl, _, _ = node.attr("pads", (0, 0, 0, 0))
+    dh, dw = node.attr("dilations", (1, 1))
+    _, _, p_, q_ = shape
+    hp = max(h_ + pt, (p_ - 1) * sh + (r_ - 1) * dh + 1)
+    wp = max(w_ + pl, (q_ - 1) * sw + (s_ - 1) * dw + 1)
+    if block_of(x.layout) == cb and (hp, wp) == (h_, w_) and not (pt or pl):
+        return x.tensor
+    sdt = storage_dtype(x.dtype)
+
+    def relaid(n, co, h, w, ci):
+        conds = [c for c in (h >= pt if pt else None, h < h_ + pt if hp > h_ + pt else None,
+                             w >= pl if pl else None, w < w_ + pl if wp > w_ + pl else None) if c is not None]
+        hh, ww = (h - pt if pt else h), (w - pl if pl else w)
+        # (another block than cb: a grouped conv's, read through the layout)
+        read = x.tensor[n, co, hh, ww, ci] if block_of(x.layout) == cb else x(n, co * cb + ci, hh, ww)
+        return te.if_then_else(te.all(*conds), read, te.const(0.0, sdt)) if conds else read
+    return te.compute((n_, c_ // cb, hp, wp, cb), relaid, ctx.name("pad"))
+
+
+def is_blocked_depthwise(x_channels: int, k: int, group: int, w_shape: tuple) -> bool:
+    """Whether a conv is the depthwise one the blocked form computes: one input channel per output
+    channel (a channel multiplier above 1 is computed row-major)."""
+    return group == x_channels == k > 1 and len(w_shape) == 4 and w_shape[:2] == (k, 1)
+
+
+def _depthwise_blocked(ctx, node, x, weights, shape, dtype):
+    """A depthwise conv in the blocked layout: ``Y[n, c, p, q, ci] = sum over (r, s) of
+    Xp[n, c, p*sh + r*dh, q*sw + s*dw, ci] * Wt[c, r, s, ci]``, its block the input's (channels map
+    one to one), the constant weights packed here, once, to (C/b, R, S, b)."""
+    if weights is None:
+        raise LoweringError(f"internal: node {node.name} (Conv) planned blocked needs constant weights")
+    n_, c_, _, _ = x.shape
+    _, _, r_, s_ = weights.shape
+    sh, sw = node.attr("strides", (1, 1))
+    dh, dw = node.attr("dilations", (1, 1))
+    _, _, p_, q_ = shape
+    b = block_of(ctx.blocked_layout)
+    if block_of(x.layout) not in (None, b):
+        raise LoweringError(f"internal: node {node.name} (Conv) depthwise reads {x.layout} data, planned {ctx.blocked_layout}")
+    data = _blocked_input(ctx, node, x, b, shape, r_, s_)
+    wt = ctx.constant(np.ascontiguousarray(np.asarray(weights).reshape(c_ // b, b, r_, s_).transpose(0, 2, 3, 1)),
+                      "weights")
+    rr, rs = te.reduce_axis(r_, "r"), te.reduce_axis(s_, "s")
+
+    def f(n, c, p, q, ci):
+        h = p * sh + rr * dh if (sh, dh) != (1, 1) else p + rr
+        w = q * sw + rs * dw if (sw, dw) != (1, 1) else q + rs
+        return te.sum(data[n, c, h, w, ci] * wt.tensor[c, rr, rs, ci], axis=[rr, rs])
+    y = te.compute((n_, c_ // b, p_, q_, b), f, ctx.name("conv"))
+    if y.dtype != storage_dtype(dtype):
+        raise LoweringError(f"node {node.name} (Conv): blocked form needs {storage_dtype(dtype)} data and weights")
+    return Val(y, dtype, shape, ctx.blocked_layout)
+
+
+def grouped_block(c: int, k: int, group: int, blocks: tuple) -> int | None:
+    """The first of ``blocks`` in which a grouped conv's output blocks each read whole input blocks of
+    their own group (the blocked grouped form), else None: groups of a multiple of the block (input
+    and output channels alike), or a block of whole groups of as many input as output channels."""
+    cg, kg = c // group, k // group
+    if group <= 1 or cg * group != c or kg * group != k or (cg == 1 and kg == 1):
+        return None
+    return next((b for b in blocks if (cg % b == 0 and kg % b == 0) or (cg == kg and b % cg == 0 and c % b == 0)), None)
+
+
+def _grouped_blocked(ctx, node, x, weights, shape, dtype):
+    """A grouped conv in the blocked layout: ``Y[n, ko, p, q, ki] = sum Xp[n, g(ko) + co, p.., q.., ci] *
+    Wt[ko, co, r, s, ci, ki]`` over the input blocks of output block ``ko``'s group. Groups of a
+    multiple of the block: ``g(ko)`` is the group's first input block, the weights packed as a group-1
+    conv's; a block of whole groups: ``g(ko) = ko`` and the weights packed block-diagonal (zero between
+    groups: ``b / cg`` times the FLOPs, run at a dense conv's vector speed)."""
+    if weights is None:
+        raise LoweringError(f"internal: node {node.name} (Conv) planned blocked needs constant weights")
+    n_, c_, _, _ = x.shape
+    k_, cg, r_, s_ = weights.shape
+    group = node.attr("group", 1)
+    kg = k_ // group
+    sh, sw = node.attr("strides", (1, 1))
+    dh, dw = node.attr("dilations", (1, 1))
+    _, _, p_, q_ = shape
+    b = block_of(ctx.blocked_layout)
+    if grouped_block(c_, k_, group, (b,)) != b:
+        raise LoweringError(f"internal: node {node.name} (Conv) planned {ctx.blocked_layout} for {group} groups")
+    data = _blocked_input(ctx, node, x, b, shape, r_, s_)
+    w = np.asarray(weights)
+    if cg % b == 0 and kg % b == 0:
+        m = cg // b
+        packed = w.reshape(k_ // b, b, m, b, r_, s_).transpose(0, 2, 4, 5, 3, 1)
+
+        def first(ko):
+            return ko * m if kg == b else (ko // (kg // b)) * m
+    else:
+        m = 1
+        packed = np.zeros((k_ // b, 1, r_, s_, b, b), w.dtype)
+        wr = w.reshape(k_ // b, b // kg, kg, cg, r_, s_)
+        for j in range(b // kg):
+            packed[:, 0, :, :, j * cg:(j + 1) * cg, j * kg:(j + 1) * kg] = wr[:, j].transpose(0, 3, 4, 2, 1)
+
+        def first(ko):
+            return ko
+    wt = ctx.constant(np.ascontiguousarray(packed), "weights")
+    co, ci = te.reduce_axis(m, "co"), te.reduce_axis(b, "ci")
+    rr, rs = te.reduce_axis(r_, "r"), te.reduce_axis(s_, "s")
+
+    def f(n, ko, p, q, ki):
+        h = p * sh + rr * dh if (sh, dh) != (1, 1) else p + rr
+        w_ = q * sw + rs * dw if (sw, dw) != (1, 1) else q + rs
+        return te.sum(data[n, first(ko) + co, h, w_, ci] * wt.tensor[ko, co, rr, rs, ci, ki], axis=[co, rr, rs, ci])
+    y = te.compute((n_, k_ // b, p_, q_, b), f, ctx.name("conv"))
+    if y.dtype != storage_dtype(dtype):
+        raise LoweringError(f"node {node.name} (Conv): blocked form needs {storage_dtype(dtype)} data and weights")
     return Val(y, dtype, shape, ctx.blocked_layout)
 
 

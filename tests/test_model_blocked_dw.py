@@ -1,0 +1,124 @@
+"""Depthwise convolutions on the blocked layout (NCHW[b]c, decision 037): which values the plan
+blocks around them, that each is the convolution rule's blocked depthwise form, and that models
+with strides, asymmetric pads, channel counts whose block is not a vector, Clip epilogues, graph
+inputs and outputs, and channel multipliers (computed row-major) compute what onnxruntime computes."""
+import numpy as np
+import pytest
+
+ort = pytest.importorskip("onnxruntime")
+onnx = pytest.importorskip("onnx")
+
+from graph.lower.core import block_of  # noqa: E402
+from schedules import Schedule  # noqa: E402
+from schedules.conv_space import depthwise_tile, find_convs  # noqa: E402
+from tests.onnx_models import mobilenet_chain  # noqa: E402
+from tests.test_model_blocked import Net, _check  # noqa: E402
+from tuner.model_api import compile_model, load  # noqa: E402
+from tuner.model_compile import plan_graph  # noqa: E402
+
+
+def _relu6(n, x):
+    lo, hi = n._name("lo"), n._name("hi")
+    n.inits.append(onnx.numpy_helper.from_array(np.asarray(0.0, np.float32), lo))
+    n.inits.append(onnx.numpy_helper.from_array(np.asarray(6.0, np.float32), hi))
+    return n.op("Clip", [x, lo, hi])
+
+
+def _dw_infos(plan):
+    """``{group output: ConvInfo}`` of every depthwise conv group of ``plan``."""
+    out = {}
+    for g, lw in zip(plan.groups, plan.lowered):
+        for info in find_convs(Schedule(lw.tensors).stage_graph()).values():
+            if info.depthwise and info.weights is not None:
+                out[g.outputs[0]] = info
+    return out
+
+
+def _dw_net():
+    """A graph input read by a depthwise conv (24 channels, blocks of 8, asymmetric pads), a
+    stride-2 depthwise conv on 40 channels with ReLU6, a pointwise conv to 144 channels (blocks of
+    16) and a stride-1 depthwise conv on them whose output is a graph output."""
+    n = Net([1, 24, 15, 13])
+    a = _relu6(n, n.conv("x", 24, 24, 3, pads=(0, 1, 2, 1), group=24))
+    b = n.conv(a, 24, 40, 1)
+    c = _relu6(n, n.conv(b, 40, 40, 3, stride=2, pads=(1, 1, 1, 1), group=40))
+    d = n.conv(c, 40, 144, 1)
+    e = n.conv(d, 144, 144, 3, pads=(1, 1, 1, 1), group=144, bias=False)
+    return n, (a, b, c, d, e)
+
+
+def test_depthwise_convolutions_keep_the_chain_blocked():
+    n, (a, b, c, d, e) = _dw_net()
+    plan = plan_graph(load(n.model([e])))
+    # every value between convolutions is blocked, the depthwise outputs in their inputs' blocks;
+    # the last depthwise conv reads blocked data, so it writes its graph output blocked and a
+    # relayout group copies it to row-major
+    assert {v: block_of(plan.layouts.get(v)) for v in (a, b, c, d)} == {a: 8, b: 8, c: 8, d: 16}
+    assert block_of(plan.layouts.get(f"{e}.blocked")) == 16 and e not in plan.layouts
+    infos = _dw_infos(plan)
+    assert set(infos) == {a, c, f"{e}.blocked"}
+    for v, info in infos.items():
+        assert info.blocked and info.kb == info.cb == block_of(plan.layouts[v])
+    # the graph input (row-major) is relaid and padded by one stage; the stride-2 conv reads padding
+    assert infos[a].pad_stage is not None and infos[c].pad_stage is not None and (infos[c].P, infos[c].Q) == (8, 7)
+
+
+def test_blocked_depthwise_models_match_onnxruntime():
+    n, (_, _, _, _, e) = _dw_net()
+    _check(n.model([e]))
+    _check(n.model([e]), threads=2)
+
+
+def test_depthwise_output_as_graph_output_from_row_major_input():
+    # a depthwise conv whose input is the graph input and whose output a graph output: computed
+    # row-major (a blocked output would need a copy), and still correct
+    n = Net([2, 16, 9, 9])
+    out = _relu6(n, n.conv("x", 16, 16, 3, stride=2, pads=(1, 0, 1, 2), group=16))
+    model = n.model([out])
+    assert plan_graph(load(model)).layouts == {}
+    _check(model)
+
+
+def test_channel_multiplier_and_dilation_fall_back_correctly():
+    # a depthwise conv with a channel multiplier of 2 is computed row-major (its producer then stays
+    # row-major); a dilated depthwise conv on blocked data is the blocked form
+    n = Net([1, 16, 12, 12])
+    a = n.conv("x", 16, 32, 1)
+    m = n.conv(a, 32, 64, 3, pads=(1, 1, 1, 1), group=32)
+    b = n.conv(m, 64, 32, 1)
+    dil = _relu6(n, n.conv(b, 32, 32, 3, pads=(2, 2, 2, 2), dil=2, group=32))
+    last = n.conv(dil, 32, 16, 1)
+    model = n.model([last])
+    plan = plan_graph(load(model))
+    assert a not in plan.layouts and m not in plan.layouts
+    assert b in plan.layouts and dil in plan.layouts and dil in _dw_infos(plan)
+    _check(model)
+
+
+def test_mobilenet_chain_matches_onnxruntime_both_ways():
+    model = mobilenet_chain(size=20)
+    plan = plan_graph(load(model))
+    infos = _dw_infos(plan)
+    assert len(infos) == 3 and all(info.blocked for info in infos.values())
+    assert sorted((info.C, info.P) for info in infos.values()) == [(144, 10), (192, 5), (192, 10)]
+    _check_model(model, blocked=True)
+    _check_model(model, blocked=False)
+
+
+def _check_model(model, blocked):
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(2).standard_normal((1, 24, 20, 20)).astype(np.float32)
+    (want,) = sess.run(None, {"input": x})
+    got = compile_model(load(model), blocked=blocked).run({"input": x})["output"]
+    assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+
+
+@pytest.mark.parametrize("q, kb, lanes, want", [(56, 32, 16, 4), (28, 16, 16, 7), (14, 32, 16, 2), (7, 16, 16, 7),
+                                                (56, 16, 16, 8)])
+def test_depthwise_register_tile(q, kb, lanes, want):
+    # at most 8 accumulators, no guarded edge where a width divides the row
+    from schedules.conv_match import ConvInfo
+    info = ConvInfo("y", "x", None, "w", True, kb, kb, q, q, 3, 3, "", "r", "s", "", True, kb, kb)
+    assert depthwise_tile(info, lanes) == want

@@ -1,0 +1,60 @@
+"""Grouped convolutions with many small groups on the blocked layout (decision 037): output blocks
+that read whole input blocks of their group (groups of a multiple of the block), or blocks of whole
+groups with block-diagonal weights; groups that fit neither are computed row-major. Every model is
+compared with onnxruntime."""
+import pytest
+
+pytest.importorskip("onnxruntime")
+
+from graph.lower.core import block_of  # noqa: E402
+from graph.lower.linalg import grouped_block  # noqa: E402
+from schedules import Schedule  # noqa: E402
+from schedules.conv_space import find_convs  # noqa: E402
+from tests.test_model_blocked import Net, _check  # noqa: E402
+from tuner.model_api import load  # noqa: E402
+from tuner.model_compile import plan_graph  # noqa: E402
+
+
+def _grouped_infos(plan):
+    out = {}
+    for g, lw in zip(plan.groups, plan.lowered):
+        for info in find_convs(Schedule(lw.tensors).stage_graph()).values():
+            if info.grouped:
+                out[g.outputs[0]] = info
+    return out
+
+
+def test_grouped_block_choice():
+    assert grouped_block(128, 128, 32, (16, 8)) == 16        # 4 channels a group: 4 groups a block
+    assert grouped_block(512, 512, 32, (16, 8)) == 16        # 16 a group: one block a group
+    assert grouped_block(256, 512, 16, (16, 8)) == 16        # 16 in, 32 out: two output blocks a group
+    assert grouped_block(48, 48, 16, (16, 8)) is None        # 3 a group: no block of whole groups
+    assert grouped_block(64, 128, 32, (16, 8)) is None       # 2 in, 4 out: a block's groups span blocks unevenly
+    assert grouped_block(32, 32, 32, (16, 8)) is None        # depthwise: its own form
+
+
+def test_grouped_convolutions_compute_blocked():
+    n = Net([1, 64, 11, 9])
+    a = n.op("Relu", [n.conv("x", 64, 128, 1)])
+    g4 = n.op("Relu", [n.conv(a, 128, 128, 3, pads=(1, 0, 2, 1), group=32)])          # 4 a group, block-diagonal
+    b = n.conv(g4, 128, 256, 1)
+    g16 = n.conv(b, 256, 512, 3, stride=2, pads=(1, 1, 1, 1), group=16)                # 16 in, 32 out a group
+    g2 = n.conv(n.conv(g16, 512, 64, 1), 64, 64, 3, pads=(1, 1, 1, 1), group=32, bias=False)   # 2 a group
+    model = n.model([n.conv(g2, 64, 16, 1)])
+    plan = plan_graph(load(model))
+    infos = _grouped_infos(plan)
+    assert set(infos) == {g4, g16, g2}
+    for v, info in infos.items():
+        assert info.blocked and info.kb == info.cb == block_of(plan.layouts[v])
+    _check(model)
+    _check(model, threads=2)
+
+
+def test_groups_of_no_whole_block_compute_row_major():
+    n = Net([1, 16, 7, 7])
+    a = n.conv("x", 16, 48, 1)
+    odd = n.conv(a, 48, 48, 3, pads=(1, 1, 1, 1), group=16)        # 3 a group: row-major, as its producer
+    model = n.model([n.conv(odd, 48, 16, 1)])
+    plan = plan_graph(load(model))
+    assert a not in plan.layouts and odd not in plan.layouts and not _grouped_infos(plan)
+    _check(model)

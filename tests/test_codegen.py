@@ -528,6 +528,21 @@ def test_host_target_and_libgomp():
     assert jit.load_libgomp()
 
 
+@pytest.mark.parametrize("preset, want", [({}, "PASSIVE"), ({"OMP_WAIT_POLICY": "ACTIVE"}, "ACTIVE"),
+                                          ({"GOMP_SPINCOUNT": "1000"}, None)])
+def test_openmp_threads_sleep_between_regions_unless_the_user_says_otherwise(preset, want):
+    # decision 041: our libgomp copy loads with OMP_WAIT_POLICY=PASSIVE unless the user chose a policy
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    code = ("import os, numpy as np; from tensorir.runtime import jit; jit.load_libgomp(); "
+            "print(os.environ.get('OMP_WAIT_POLICY'))")
+    out = subprocess.run([sys.executable, "-c", code], env={**env, **preset}, capture_output=True, text=True,
+                         check=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert out.stdout.split()[-1] == str(want)
+
+
 def test_kernel_introspection():
     k = build(add_func(16, VECTORIZED))
     assert "define i32 @" in k.llvm_ir

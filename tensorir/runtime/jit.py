@@ -80,6 +80,13 @@ def load_libgomp() -> str:
     """
     if "gomp" in _state:
         return _state["gomp"]
+    # libgomp reads its wait policy when it loads. Its default spins idle threads for a while after
+    # each parallel region; on a shared machine a spinning worker uses up its time slice and the next
+    # region then waits for it behind another process (an EfficientNet block at 2 threads with the other
+    # core busy: 50x slower than onnxruntime spinning, 1.5x sleeping). A user's own setting is kept.
+    # why: docs/decisions/041-openmp-threads-sleep-between-regions.md
+    if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
+        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
     with LLVM_LOCK:
         errors = []
         for cand in libgomp_candidates():

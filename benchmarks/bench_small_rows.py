@@ -21,7 +21,7 @@ import sys
 
 import numpy as np
 
-import schedules.space as space_module
+import schedules.matmul_start as start_module
 from schedules.decisions import FixedDecisions
 from schedules.space import GeneratedSpace
 from tensorir.runtime import build
@@ -70,12 +70,12 @@ def kernel(spec: WorkloadSpec, decisions: dict, inputs: list, threads: int):
 
 
 def unblocked_decisions(tensors) -> dict:
-    saved = space_module.K_BLOCK_MAX_ROWS
-    space_module.K_BLOCK_MAX_ROWS = 0
+    saved = start_module.K_BLOCK_MAX_ROWS
+    start_module.K_BLOCK_MAX_ROWS = 0
     try:
         return GeneratedSpace(tensors).default_decisions()
     finally:
-        space_module.K_BLOCK_MAX_ROWS = saved
+        start_module.K_BLOCK_MAX_ROWS = saved
 
 
 # decision 027's register tiles of a few-row product, before decision 038
@@ -84,12 +84,12 @@ PREVIOUS_TILES = ((6, 4), (4, 4), (8, 4), (3, 4), (2, 4))
 
 def previous_tile_decisions(tensors) -> dict:
     """The start before decisions 038 and 040 (4-vector tiles however few the columns)."""
-    saved = space_module.FEW_ROW_TILES, space_module.NARROW_VECTORS
-    space_module.FEW_ROW_TILES, space_module.NARROW_VECTORS = PREVIOUS_TILES, 0
+    saved = start_module.FEW_ROW_TILES, start_module.NARROW_VECTORS
+    start_module.FEW_ROW_TILES, start_module.NARROW_VECTORS = PREVIOUS_TILES, 0
     try:
         return GeneratedSpace(tensors).default_decisions()
     finally:
-        space_module.FEW_ROW_TILES, space_module.NARROW_VECTORS = saved
+        start_module.FEW_ROW_TILES, start_module.NARROW_VECTORS = saved
 
 
 def main(argv=None) -> int:

@@ -29,7 +29,6 @@ R0  (before R1) a convolution anchor is tiled on blocked layouts by its own rule
 """
 from __future__ import annotations
 
-import math
 
 from schedules.errors import DecisionError
 from schedules.state import AttachKind
@@ -45,17 +44,9 @@ from .transpose_tiles import transpose_tile
 from .prefetch import PANEL_DISTANCE, prefetch_decision
 from .decisions import DecisionSource, FixedDecisions, MutatedDecisions, OptunaDecisions, RandomDecisions  # noqa: F401
 from .schedule import Schedule
+from .matmul_start import hint_k_blocks, k_blocks, register_tile
 from .tiling import fuse_parallel as _fuse_parallel, split_all as _split_all
 
-K_BLOCK = 128            # reduction block of a few-row product (why: docs/decisions/027-small-row-products-block-the-reduction.md)
-K_BLOCK_MAX_ROWS = 128   # ... for products with at most this many rows
-K_BLOCK_ROWS = 32        # ... in local blocks of this many rows
-# ... with register tiles of (rows, vectors), the first whose rows divide the product's, 32 registers
-# (why: docs/decisions/038-few-row-products-8x3-tile.md)
-FEW_ROW_TILES = ((6, 4), (8, 3), (4, 4), (3, 4), (2, 4))
-# products with fewer vectors of columns than this start with 3 x 8 or 2 x 12 tiles where 4-vector ones would
-# leave a ragged column tile (why: docs/decisions/040-matmul-tile-fits-the-columns.md)
-NARROW_VECTORS = 16
 MAX_UNROLLED_BODY = 64   # vector FMAs (tile rows x vectors per row x inner reduce iterations) unrolled
 
 
@@ -233,19 +224,12 @@ class GeneratedSpace:
         vec_axis = spatial[-1]
         # register tile: the vector axis first, then the others within the register budget
         lanes = self.lanes(st.dtype)
-        # heuristic start: 4 vectors x 6 rows (24 of 32 registers) or 2 x 6 (12 of 16); with 32
-        # registers, where fewer than 16 vectors of columns leave 4-vector tiles a ragged edge tile
-        # (guarded: it runs several times slower per FMA), 2 x 12 where 2 vectors divide the columns
-        # and 3 do not, else 3 x 8 (24 accumulators either way)
-        # why: docs/decisions/010-matmul-register-tile.md, docs/decisions/040-matmul-tile-fits-the-columns.md
-        vectors, rows = (4, 6) if self.registers >= 32 else (2, 6)
-        nv = -(-ext[vec_axis] // lanes)
-        if self.registers >= 32 and nv % 4 and nv < NARROW_VECTORS and ext[vec_axis] % lanes == 0:
-            vectors, rows = (2, 12) if nv % 2 == 0 and nv % 3 else (3, 8)
+        # heuristic start: why: docs/decisions/010-matmul-register-tile.md, 027, 038, 040
+        vectors, rows = register_tile(self.registers, ext[vec_axis], lanes)
         src.hint(f"{vec_axis}.t3", vectors * lanes)
         if len(spatial) > 1:
             src.hint(f"{spatial[-2]}.t3", rows)
-            self._hint_k_blocks(src, spatial[-2], vec_axis, reduce, ext, lanes)
+            hint_k_blocks(src, self.registers, spatial[-2], vec_axis, reduce, ext, lanes)
         t3 = {vec_axis: src.choose(f"{vec_axis}.t3", self.vector_choices(ext[vec_axis], st.dtype))}
         vectors = max(1, -(-t3[vec_axis] // lanes))
         budget = (self.registers - vectors - 1) // vectors   # accumulators + one row of B + a broadcast
@@ -272,7 +256,7 @@ class GeneratedSpace:
         src.hint(f"{vec_axis}.t1", pick // width)
         t1 = {lp: src.choose(f"{lp}.t1", self.level_choices(max(1, ext[lp] // (t3[lp] * t2[lp])), 64))
               for lp in spatial}
-        r1 = {lp: src.choose(f"{lp}.r1", [1, 2, 4, 8, 16] + _k_blocks(ext[lp]) if ext[lp] >= 16
+        r1 = {lp: src.choose(f"{lp}.r1", [1, 2, 4, 8, 16] + k_blocks(ext[lp]) if ext[lp] >= 16
                              else _divisors(ext[lp], 16))
               for lp in reduce}
         body = max(1, -(-t3[vec_axis] // lanes))    # vector instructions per tile row
@@ -374,28 +358,6 @@ class GeneratedSpace:
         for p in packs if rd1 else ():
             s = prefetch_decision(src, f"{st.name}.prefetch_{panels[p]}", s, p, rd1[-1], PANEL_DISTANCE)
         return s
-
-    def _hint_k_blocks(self, src, row: str, vec_axis: str, reduce: list, ext: dict, lanes: int) -> None:
-        """Few rows, a long reduction (a model's 32-128-row products): every row tile of a
-        column panel in one local block, the reduction cut into blocks of ``K_BLOCK``, so each
-        block of the panel (``K_BLOCK`` x the tile's columns) is read from L1 by all the row tiles
-        rather than from L2/L3 by each in turn. The row tile divides the rows (no ragged edge):
-        6 rows x 4 vectors, else 8 x 3 (24 accumulators either way, with 32 registers), else 4 x 4.
-        why: docs/decisions/027-small-row-products-block-the-reduction.md,
-        docs/decisions/038-few-row-products-8x3-tile.md"""
-        rows = ext[row]
-        depth = math.prod(ext[lp] for lp in reduce)
-        blocks = _k_blocks(depth)
-        if len(reduce) != 1 or rows > K_BLOCK_MAX_ROWS or depth < 8 * K_BLOCK or not blocks:
-            return
-        shapes = FEW_ROW_TILES if self.registers >= 32 else tuple((t, 2) for t in (6, 4, 8, 3, 2))
-        tile, vectors = next(((t, v) for t, v in shapes if rows % t == 0), shapes[0])
-        block = max(1, min(rows, K_BLOCK_ROWS) // tile)       # row tiles sharing a panel block
-        src.hint(f"{vec_axis}.t3", vectors * lanes)
-        src.hint(f"{row}.t3", tile)
-        src.hint(f"{row}.t2", block)
-        src.hint(f"{row}.t1", -(-rows // (tile * block)))
-        src.hint(f"{reduce[0]}.r1", min(blocks, key=lambda b: abs(b - K_BLOCK)))   # (not unrolled: too long)
 
     def _balance(self, n: int, width: int) -> float:
         """Share of the busiest core's time that is useful when ``n`` columns are cut into tasks of
@@ -520,12 +482,6 @@ class _Heuristic(DecisionSource):
 
 # -------------------------------------------------------------------- helpers
 
-def _k_blocks(n: int) -> list:
-    """Reduction blocks offered past 16: divisors of ``n`` from 32 to 256, at most the three nearest
-    ``K_BLOCK`` (a block that does not divide the reduction guards its inner loop, which keeps the
-    register tile out of registers)."""
-    near = sorted((d for d in range(32, min(n, 256) + 1) if n % d == 0), key=lambda d: (abs(d - K_BLOCK), d))
-    return sorted(near[:3])
 
 
 def _register_tile(s: Schedule, name: str, unroll_k: bool) -> Schedule:

@@ -1,0 +1,66 @@
+"""The heuristic start of a product's register tile and reduction blocks (the generated space's
+first trial for matmul-like anchors, :meth:`schedules.space.GeneratedSpace._tile_anchor`).
+
+Constants are module attributes so benchmarks can time the start without a rule
+(``benchmarks/bench_small_rows.py``).
+"""
+from __future__ import annotations
+
+import math
+
+K_BLOCK = 128            # reduction block of a few-row product (why: docs/decisions/027-small-row-products-block-the-reduction.md)
+K_BLOCK_MAX_ROWS = 128   # ... for products with at most this many rows
+K_BLOCK_ROWS = 32        # ... in local blocks of this many rows
+# ... with register tiles of (rows, vectors), the first whose rows divide the product's, 32 registers
+# (why: docs/decisions/038-few-row-products-8x3-tile.md)
+FEW_ROW_TILES = ((6, 4), (8, 3), (4, 4), (3, 4), (2, 4))
+# products with fewer vectors of columns than this start with 3 x 8 or 2 x 12 tiles where 4-vector ones would
+# leave a ragged column tile (why: docs/decisions/040-matmul-tile-fits-the-columns.md)
+NARROW_VECTORS = 16
+
+
+def register_tile(registers: int, columns: int, lanes: int) -> tuple:
+    """``(vectors, rows)`` of the start's register tile over ``columns`` output columns.
+
+    4 vectors x 6 rows (24 of 32 registers) or 2 x 6 (12 of 16); with 32 registers, where fewer than
+    ``NARROW_VECTORS`` whole vectors of columns leave 4-vector tiles a ragged edge tile (guarded: it runs
+    several times slower per FMA), 2 x 12 where 2 vectors divide the columns and 3 do not, else 3 x 8
+    (24 accumulators either way).
+    why: docs/decisions/010-matmul-register-tile.md, docs/decisions/040-matmul-tile-fits-the-columns.md"""
+    if registers < 32:
+        return 2, 6
+    nv = -(-columns // lanes)
+    if nv % 4 and nv < NARROW_VECTORS and columns % lanes == 0:
+        return (2, 12) if nv % 2 == 0 and nv % 3 else (3, 8)
+    return 4, 6
+
+
+def hint_k_blocks(src, registers: int, row: str, vec_axis: str, reduce: list, ext: dict, lanes: int) -> None:
+    """Few rows, a long reduction (a model's 32-128-row products): every row tile of a
+    column panel in one local block, the reduction cut into blocks of ``K_BLOCK``, so each
+    block of the panel (``K_BLOCK`` x the tile's columns) is read from L1 by all the row tiles
+    rather than from L2/L3 by each in turn. The row tile divides the rows (no ragged edge):
+    6 rows x 4 vectors, else 8 x 3 (24 accumulators either way, with 32 registers), else 4 x 4.
+    why: docs/decisions/027-small-row-products-block-the-reduction.md,
+    docs/decisions/038-few-row-products-8x3-tile.md"""
+    rows = ext[row]
+    depth = math.prod(ext[lp] for lp in reduce)
+    blocks = k_blocks(depth)
+    if len(reduce) != 1 or rows > K_BLOCK_MAX_ROWS or depth < 8 * K_BLOCK or not blocks:
+        return
+    shapes = FEW_ROW_TILES if registers >= 32 else tuple((t, 2) for t in (6, 4, 8, 3, 2))
+    tile, vectors = next(((t, v) for t, v in shapes if rows % t == 0), shapes[0])
+    block = max(1, min(rows, K_BLOCK_ROWS) // tile)       # row tiles sharing a panel block
+    src.hint(f"{vec_axis}.t3", vectors * lanes)
+    src.hint(f"{row}.t3", tile)
+    src.hint(f"{row}.t2", block)
+    src.hint(f"{row}.t1", -(-rows // (tile * block)))
+    src.hint(f"{reduce[0]}.r1", min(blocks, key=lambda b: abs(b - K_BLOCK)))   # (not unrolled: too long)
+
+
+def k_blocks(n: int) -> list:
+    """Reduction blocks offered past 16: divisors of ``n`` from 32 to 256, at most the three nearest
+    ``K_BLOCK`` (a block that does not divide the reduction guards its inner loop, which keeps the
+    register tile out of registers)."""
+    near = sorted((d for d in range(32, min(n, 256) + 1) if n % d == 0), key=lambda d: (abs(d - K_BLOCK), d))
+    return sorted(near[:3])

@@ -80,14 +80,14 @@ def _conv(ctx, node, ins, outs):
                                  max(0, (q_ - 1) * sw + (s_ - 1) * dw + 1 - w_ - pl)), 0.0)
     rr, rs = te.reduce_axis(r_, "r"), te.reduce_axis(s_, "s")
     rc = te.reduce_axis(cg, "c") if cg > 1 else None
+    window = _window(node)
 
     def f(n, k, p, q):
         if rc is None:      # one input channel per output channel (depthwise): no reduce axis over it
             chan = k // kg if kg > 1 else k
         else:
             chan = rc if group == 1 else (k // kg) * cg + rc
-        h = p * sh + rr * dh if (sh, dh) != (1, 1) else p + rr
-        wi = q * sw + rs * dw if (sw, dw) != (1, 1) else q + rs
+        h, wi = window(p, q, rr, rs)
         axes = [rc, rr, rs] if rc is not None else [rr, rs]
         return te.sum(src(n, chan, h, wi) * w(k, rc if rc is not None else 0, rr, rs), axis=axes)
     y = ctx.emit(shape, dtype, f, "conv")
@@ -102,6 +102,25 @@ def conv_block(channels: int) -> int:
     return max(d for d in range(1, 17) if channels % d == 0)
 
 
+def _window(node):
+    """``(h, w)`` of output ``(p, q)`` at tap ``(r, s)``: the input row and column a conv window reads
+    (padding already applied to the data it indexes)."""
+    sh, sw = node.attr("strides", (1, 1))
+    dh, dw = node.attr("dilations", (1, 1))
+
+    def at(p, q, r, s):
+        return (p * sh + r * dh if (sh, dh) != (1, 1) else p + r,
+                q * sw + s * dw if (sw, dw) != (1, 1) else q + s)
+    return at
+
+
+def _blocked_val(ctx, node, y, dtype, shape) -> Val:
+    """The blocked form's output ``y`` as the node's value, in the group's blocked layout."""
+    if y.dtype != storage_dtype(dtype):
+        raise LoweringError(f"node {node.name} (Conv): blocked form needs {storage_dtype(dtype)} data and weights")
+    return Val(y, dtype, shape, ctx.blocked_layout)
+
+
 def _conv_blocked(ctx, node, x, weights, shape, dtype):
     """The conv computed in the group output's blocked layout, as ``tensorir.ops.conv2d_nchwc``:
     ``Y[n, ko, p, q, ki] = sum Xp[n, co, p.., q.., ci] * Wt[ko, co, r, s, ci, ki]``, the data read in
@@ -113,10 +132,8 @@ def _conv_blocked(ctx, node, x, weights, shape, dtype):
         raise LoweringError(f"internal: node {node.name} (Conv) planned blocked needs group 1 and constant weights")
     n_, c_, _, _ = x.shape
     k_, _, r_, s_ = weights.shape
-    sh, sw = node.attr("strides", (1, 1))
-    dh, dw = node.attr("dilations", (1, 1))
     _, _, p_, q_ = shape
-    sdt = storage_dtype(dtype)
+    window = _window(node)
     kb = block_of(ctx.blocked_layout)
     cb = block_of(x.layout) or conv_block(c_)
     data = _blocked_input(ctx, node, x, cb, shape, r_, s_)
@@ -127,13 +144,9 @@ def _conv_blocked(ctx, node, x, weights, shape, dtype):
     rr, rs = te.reduce_axis(r_, "r"), te.reduce_axis(s_, "s")
 
     def f(n, ko, p, q, ki):
-        h = p * sh + rr * dh if (sh, dh) != (1, 1) else p + rr
-        w = q * sw + rs * dw if (sw, dw) != (1, 1) else q + rs
+        h, w = window(p, q, rr, rs)
         return te.sum(data[n, co, h, w, ci] * wt.tensor[ko, co, rr, rs, ci, ki], axis=[co, rr, rs, ci])
-    y = te.compute((n_, k_ // kb, p_, q_, kb), f, ctx.name("conv"))
-    if y.dtype != sdt:
-        raise LoweringError(f"node {node.name} (Conv): blocked form needs {sdt} data and weights")
-    return Val(y, dtype, shape, ctx.blocked_layout)
+    return _blocked_val(ctx, node, te.compute((n_, k_ // kb, p_, q_, kb), f, ctx.name("conv")), dtype, shape)
 
 
 def _blocked_input(ctx, node, x, cb: int, shape, r_: int, s_: int):
@@ -174,9 +187,8 @@ def _depthwise_blocked(ctx, node, x, weights, shape, dtype):
         raise LoweringError(f"internal: node {node.name} (Conv) planned blocked needs constant weights")
     n_, c_, _, _ = x.shape
     _, _, r_, s_ = weights.shape
-    sh, sw = node.attr("strides", (1, 1))
-    dh, dw = node.attr("dilations", (1, 1))
     _, _, p_, q_ = shape
+    window = _window(node)
     b = block_of(ctx.blocked_layout)
     if block_of(x.layout) not in (None, b):
         raise LoweringError(f"internal: node {node.name} (Conv) depthwise reads {x.layout} data, planned {ctx.blocked_layout}")
@@ -186,13 +198,9 @@ def _depthwise_blocked(ctx, node, x, weights, shape, dtype):
     rr, rs = te.reduce_axis(r_, "r"), te.reduce_axis(s_, "s")
 
     def f(n, c, p, q, ci):
-        h = p * sh + rr * dh if (sh, dh) != (1, 1) else p + rr
-        w = q * sw + rs * dw if (sw, dw) != (1, 1) else q + rs
+        h, w = window(p, q, rr, rs)
         return te.sum(data[n, c, h, w, ci] * wt.tensor[c, rr, rs, ci], axis=[rr, rs])
-    y = te.compute((n_, c_ // b, p_, q_, b), f, ctx.name("conv"))
-    if y.dtype != storage_dtype(dtype):
-        raise LoweringError(f"node {node.name} (Conv): blocked form needs {storage_dtype(dtype)} data and weights")
-    return Val(y, dtype, shape, ctx.blocked_layout)
+    return _blocked_val(ctx, node, te.compute((n_, c_ // b, p_, q_, b), f, ctx.name("conv")), dtype, shape)
 
 
 def grouped_block(c: int, k: int, group: int, blocks: tuple) -> int | None:
@@ -217,9 +225,8 @@ def _grouped_blocked(ctx, node, x, weights, shape, dtype):
     k_, cg, r_, s_ = weights.shape
     group = node.attr("group", 1)
     kg = k_ // group
-    sh, sw = node.attr("strides", (1, 1))
-    dh, dw = node.attr("dilations", (1, 1))
     _, _, p_, q_ = shape
+    window = _window(node)
     b = block_of(ctx.blocked_layout)
     if grouped_block(c_, k_, group, (b,)) != b:
         raise LoweringError(f"internal: node {node.name} (Conv) planned {ctx.blocked_layout} for {group} groups")
@@ -245,13 +252,9 @@ def _grouped_blocked(ctx, node, x, weights, shape, dtype):
     rr, rs = te.reduce_axis(r_, "r"), te.reduce_axis(s_, "s")
 
     def f(n, ko, p, q, ki):
-        h = p * sh + rr * dh if (sh, dh) != (1, 1) else p + rr
-        w_ = q * sw + rs * dw if (sw, dw) != (1, 1) else q + rs
+        h, w_ = window(p, q, rr, rs)
         return te.sum(data[n, first(ko) + co, h, w_, ci] * wt.tensor[ko, co, rr, rs, ci, ki], axis=[co, rr, rs, ci])
-    y = te.compute((n_, k_ // b, p_, q_, b), f, ctx.name("conv"))
-    if y.dtype != storage_dtype(dtype):
-        raise LoweringError(f"node {node.name} (Conv): blocked form needs {storage_dtype(dtype)} data and weights")
-    return Val(y, dtype, shape, ctx.blocked_layout)
+    return _blocked_val(ctx, node, te.compute((n_, k_ // b, p_, q_, b), f, ctx.name("conv")), dtype, shape)
 
 
 def pad(ctx, x, lo: tuple, hi: tuple, value, keep_layout: bool = False):

@@ -11,6 +11,7 @@ import math
 K_BLOCK = 128            # reduction block of a few-row product (why: docs/decisions/027-small-row-products-block-the-reduction.md)
 K_BLOCK_MAX_ROWS = 128   # ... for products with at most this many rows
 K_BLOCK_ROWS = 32        # ... in local blocks of this many rows
+K_BLOCK_MIN_DEPTH = 1024  # ... and a reduction at least this long
 # ... with register tiles of (rows, vectors), the first whose rows divide the product's, 32 registers
 # (why: docs/decisions/038-few-row-products-8x3-tile.md)
 FEW_ROW_TILES = ((6, 4), (8, 3), (4, 4), (3, 4), (2, 4))
@@ -46,7 +47,7 @@ def hint_k_blocks(src, registers: int, row: str, vec_axis: str, reduce: list, ex
     rows = ext[row]
     depth = math.prod(ext[lp] for lp in reduce)
     blocks = k_blocks(depth)
-    if len(reduce) != 1 or rows > K_BLOCK_MAX_ROWS or depth < 8 * K_BLOCK or not blocks:
+    if len(reduce) != 1 or rows > K_BLOCK_MAX_ROWS or depth < K_BLOCK_MIN_DEPTH or not blocks:
         return
     shapes = FEW_ROW_TILES if registers >= 32 else tuple((t, 2) for t in (6, 4, 8, 3, 2))
     tile, vectors = next(((t, v) for t, v in shapes if rows % t == 0), shapes[0])

@@ -14,6 +14,7 @@ from tensorir.target import Target
 from tensorir.runtime import Kernel, build, cache_info, clear_cache, compile_func, load_library
 from tensorir.codegen import CodegenError, codegen
 from tensorir.codegen.parallel import MIN_REGION_WORK, work
+import tensorir.codegen.parallel as parallel_codegen
 from tensorir.te.expr import Binary, BinOp, Cast, Select, Unary, UnOp, Var
 from tensorir.tir.ir import Allocate, IfThenElse, PrimFunc, Scope, seq
 
@@ -391,6 +392,27 @@ def test_consecutive_parallel_loops_share_one_region_with_a_barrier():
         np.testing.assert_array_equal(cc, b[::-1] + a * 3)
     assert k.llvm_ir.count("call void @GOMP_parallel") == 1
     assert "call void @GOMP_barrier" in k.llvm_ir   # (-O3 may duplicate the straight-line code)
+
+
+@pytest.mark.parametrize("guided", [True, False])
+def test_parallel_iterations_run_once_each(guided, monkeypatch):
+    # Read-modify-write: an iteration claimed twice, or by no thread, changes the result. The
+    # parallel loop sits in a serial one, so its region (and its chunk counter) starts 5 times
+    # per call; 997 iterations do not divide among 2 or 3 threads.
+    monkeypatch.setattr(parallel_codegen, "GUIDED", guided)
+    R, n, w = 5, 997, 64
+    A, B = buf("A", (R, n, w)), buf("B", (R, n, w))
+    r, i, j = Var("r"), Var("i"), Var("j")
+    f = PrimFunc(f"rmw_{guided}", (A, B),
+                 loop(r, R, loop(i, n, loop(j, w, st(B, (r, i, j), ld(B, r, i, j) + ld(A, r, i, j) * c(2.0))),
+                                 PARALLEL)))
+    a = rand((R, n, w))
+    for threads in (1, 2, 3):
+        out = np.ones((R, n, w), np.float32)
+        k = run(f, a, out, threads=threads)
+        np.testing.assert_array_equal(out, np.float32(1) + a * np.float32(2))
+    assert k.llvm_ir.count("call void @GOMP_parallel") == 1
+    assert ("cmpxchg" in k.llvm_ir) == guided
 
 
 def test_parallel_captures_outer_loop_var():

@@ -7,8 +7,8 @@ failure site (a heap allocation, or in checked builds an access out of bounds; s
 
 * ``SERIAL``: a counted loop (rotated, since every extent is a positive constant);
 * ``UNROLLED``: the body emitted ``extent`` times with the variable a constant;
-* ``PARALLEL``: outlined and run through ``GOMP_parallel`` with a static block
-  partition, consecutive parallel loops in one region (:mod:`tensorir.codegen.parallel`;
+* ``PARALLEL``: outlined and run through ``GOMP_parallel`` with guided chunks
+  of iterations, consecutive parallel loops in one region (:mod:`tensorir.codegen.parallel`;
   nested ones run serially);
 * ``VECTORIZED``: the body is emitted once with ``extent``-lane LLVM vectors
   (:mod:`tensorir.codegen.vector`); bodies holding non-unrolled loops (and

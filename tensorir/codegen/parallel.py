@@ -1,7 +1,12 @@
 """Parallel loops: outlined into one worker per run of consecutive parallel loops,
-run on libgomp's thread team (``GOMP_parallel``) with a static block partition
-and ``GOMP_barrier`` between the loops.  A mixin of
-:class:`~tensorir.codegen.function.FunctionGen`.
+run on libgomp's thread team (``GOMP_parallel``), each loop's iterations handed out
+in shrinking chunks from a shared counter (guided), with ``GOMP_barrier`` between
+the loops.  A mixin of :class:`~tensorir.codegen.function.FunctionGen`.
+
+Guided rather than static blocks: a thread that starts late (woken from sleep, or
+sharing its core with another process) no longer holds the others up with a fixed
+half of the work; the ones already running take its chunks
+(docs/decisions/042-parallel-loops-hand-out-guided-chunks.md).
 
 A run of parallel loops whose work is below :data:`MIN_REGION_WORK` stores runs
 serially instead: starting a thread team costs microseconds, so a parallel loop
@@ -20,6 +25,11 @@ from tensorir.codegen.types import I32, PTR, VOID
 # 1/4 ns or more per store, 2^14 stores bound the fork/join overhead by about
 # the work itself however the loops are nested (see the decision note).
 MIN_REGION_WORK = 1 << 14
+# Stores a chunk of a guided loop covers at least: the atomic grab that hands it out costs
+# tens of nanoseconds when the threads contend for the counter.
+MIN_CHUNK_WORK = 1 << 8
+# False: the static balanced blocks of decision 020 (kept for benchmarks/bench_parallel_schedule.py).
+GUIDED = True
 
 
 def work(stmt) -> int:
@@ -97,6 +107,12 @@ class ParallelRegions:
         flag = self.region_status(loops)     # where a failing thread reports (None: cannot fail)
         if flag is not None:
             types, values = types + [PTR], values + [flag]
+        counters = []
+        if GUIDED:                           # each loop's next unclaimed iteration, reset per call
+            counters = [self.entry_alloca(I32, 64) for _ in loops]
+            for c in counters:
+                self.b.store(ir.Constant(I32, 0), c)
+            types, values = types + [PTR] * len(loops), values + counters
 
         # The worker's noalias pointer arguments keep the params' aliasing facts;
         # noinline because inlining it into the trampoline only costs compile time.
@@ -109,8 +125,8 @@ class ParallelRegions:
         wg.vars.update(zip(var_names, worker.args[len(bufs):]))
         wg.vars.update(consts)
         if flag is not None:
-            wg.status_flag = worker.args[-1]
-        wg.emit_partitioned(loops)
+            wg.status_flag = worker.args[len(types) - len(counters) - 1]
+        wg.emit_partitioned(loops, worker.args[len(types) - len(counters):] if counters else None)
 
         # GOMP_parallel runs void(ptr data) on every thread: unpack the closure.
         closure_ty = ir.LiteralStructType(types)
@@ -130,9 +146,10 @@ class ParallelRegions:
         self.b.call(gomp, [tramp, closure, nthreads, ir.Constant(I32, 0)])
         self.region_done(flag)
 
-    def emit_partitioned(self, loops: list) -> None:
-        """Worker body: for each loop, this thread's static block of ``range(extent)``;
-        all threads meet at a barrier before the next loop."""
+    def emit_partitioned(self, loops: list, counters=None) -> None:
+        """Worker body: for each loop, guided chunks claimed from its counter (``counters``:
+        one pointer per loop; None: this thread's static block of ``range(extent)``); all
+        threads meet at a barrier before the next loop."""
         b = self.b
         tid = b.call(self.mod.declare("omp_get_thread_num", I32, []), [])
         nt = b.call(self.mod.declare("omp_get_num_threads", I32, []), [])
@@ -140,6 +157,10 @@ class ParallelRegions:
             if n:
                 self.b.call(self.mod.declare("GOMP_barrier", VOID, []), [])
             after = self.begin_partition(n)     # a failing thread resumes there (every thread meets every barrier)
+            if counters is not None:
+                self.guided_loop(s, counters[n], nt)
+                self.end_partition(after)
+                continue
             b = self.b
             # Balanced blocks: the first extent % nt threads take one extra iteration.
             extent = ir.Constant(I32, s.extent)
@@ -150,3 +171,35 @@ class ParallelRegions:
             self.serial_loop(s.var.name, start, end, s.body)
             self.end_partition(after)
         self.b.ret_void()
+
+    def guided_loop(self, s, counter, nt) -> None:
+        """``s`` over chunks claimed from ``counter`` until none is left: each chunk is the
+        unclaimed iterations / (2 x threads), at least enough for ``MIN_CHUNK_WORK`` stores, so
+        chunks shrink towards the end and the threads finish together (OpenMP's guided schedule)."""
+        b = self.b
+        extent = ir.Constant(I32, s.extent)
+        least = ir.Constant(I32, max(1, MIN_CHUNK_WORK // max(1, work(s.body))))
+        pre = b.block
+        grab, claim, run, done = (self.block(f"{s.var.name}.{k}") for k in ("grab", "claim", "run", "done"))
+        first = b.load_atomic(counter, "monotonic", 4, typ=I32)
+        b.branch(grab)
+        b.position_at_end(grab)
+        cur = b.phi(I32)
+        cur.add_incoming(first, pre)
+        b.cbranch(b.icmp_signed("<", cur, extent), claim, done)
+        b.position_at_end(claim)
+        share = b.udiv(b.sub(extent, cur), b.shl(nt, ir.Constant(I32, 1)))
+        chunk = b.select(b.icmp_unsigned(">", share, least), share, least)
+        end = b.add(cur, chunk)
+        end = b.select(b.icmp_signed("<", end, extent), end, extent)
+        res = b.cmpxchg(counter, cur, end, "monotonic", "monotonic")
+        seen, won = b.extract_value(res, 0), b.extract_value(res, 1)
+        cur.add_incoming(seen, claim)                 # lost the race: retry from what the winner left
+        b.cbranch(won, run, grab)
+        b.position_at_end(run)
+        self.serial_loop(s.var.name, cur, end, s.body, known_nonempty=True)
+        b = self.b
+        again = b.load_atomic(counter, "monotonic", 4, typ=I32)
+        cur.add_incoming(again, b.block)
+        b.branch(grab)
+        b.position_at_end(done)

@@ -13,6 +13,8 @@ heuristic start (``blocked``), the same start without the reduction blocks (``un
 onnxruntime (a Gemm + Relu model, ``ORT_ENABLE_ALL``, same threads, no spinning). With ``--ab-tiles``
 the unblocked column is replaced by the blocked start with the register tiles before decisions 038
 and 040 (6 rows, else 4, 8, 3, 2, by 4 vectors however few the columns: ``previous tiles``), and ratios are medians of per-round ratios.
+With ``--ab-dividing`` it is the start without decision 043's register tiles that divide a few rows (at most
+128 rows: 128 in 8 x 3 tiles, 49 in 7 x 3, rather than 6-row tiles and a guarded edge: ``no dividing tile``).
 """
 from __future__ import annotations
 
@@ -92,6 +94,16 @@ def previous_tile_decisions(tensors) -> dict:
         start_module.FEW_ROW_TILES, start_module.NARROW_VECTORS = saved
 
 
+def no_dividing_tile_decisions(tensors) -> dict:
+    """The start without decision 043's dividing tiles."""
+    saved = start_module.DIVIDING_TILES
+    start_module.DIVIDING_TILES = False
+    try:
+        return GeneratedSpace(tensors).default_decisions()
+    finally:
+        start_module.DIVIDING_TILES = saved
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", default="1,2")
@@ -99,8 +111,11 @@ def main(argv=None) -> int:
     ap.add_argument("--shapes", default=SHAPES, help="MxKxN,... (rows x reduction x columns)")
     ap.add_argument("--ab-tiles", action="store_true", help="compare with decision 027's register tiles "
                     "instead of the unblocked start")
+    ap.add_argument("--ab-dividing", action="store_true", help="compare with the start without decision 043's "
+                    "dividing tiles instead of the unblocked start")
     args = ap.parse_args(argv)
-    other = "previous tiles" if args.ab_tiles else "unblocked"
+    paired = args.ab_tiles or args.ab_dividing
+    other = "previous tiles" if args.ab_tiles else "no dividing tile" if args.ab_dividing else "unblocked"
     print(f"host {host_target()['cpu']}; side by side in one process, medians of {args.rounds} rounds", flush=True)
     print(f"| shape MxKxN | threads | blocked GFLOP/s | {other} | onnxruntime | blocked/ort | {other}/ort |")
     print("|---|---|---|---|---|---|---|")
@@ -110,7 +125,8 @@ def main(argv=None) -> int:
             spec = WorkloadSpec("dense", {"batch": m, "in_features": k, "out_features": n})
             inputs = spec.inputs(0)
             tensors = spec.tensors()
-            alt = previous_tile_decisions(tensors) if args.ab_tiles else unblocked_decisions(tensors)
+            alt = previous_tile_decisions(tensors) if args.ab_tiles else no_dividing_tile_decisions(tensors) \
+                if args.ab_dividing else unblocked_decisions(tensors)
             fns = {"blocked": kernel(spec, GeneratedSpace(tensors).default_decisions(), inputs, threads),
                    "unblocked": kernel(spec, alt, inputs, threads)}
             sess = ort_gemm_relu(inputs[1], inputs[2], m, threads)
@@ -119,7 +135,7 @@ def main(argv=None) -> int:
             res = side_by_side(fns, rounds=args.rounds)
             t = {name: r["median"] for name, r in res.items()}
             gf = {name: spec.flops / s / 1e9 for name, s in t.items()}
-            ratio = {name: paired_speedup(res, name, "onnxruntime") if args.ab_tiles else t["onnxruntime"] / t[name]
+            ratio = {name: paired_speedup(res, name, "onnxruntime") if paired else t["onnxruntime"] / t[name]
                      for name in ("blocked", "unblocked")}
             print(f"| {shape} | {threads} | {gf['blocked']:.1f} | {gf['unblocked']:.1f} | {gf['onnxruntime']:.1f} | "
                   f"{ratio['blocked']:.2f}x | {ratio['unblocked']:.2f}x |", flush=True)

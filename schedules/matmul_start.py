@@ -20,14 +20,48 @@ FEW_ROW_TILES = ((6, 4), (8, 3), (4, 4), (3, 4), (2, 4))
 NARROW_VECTORS = 16
 
 
-def register_tile(registers: int, columns: int, lanes: int) -> tuple:
+ROW_TILES = (3, 4, 6, 8, 12, 16)   # the register-tile rows the space offers besides 1 and 2
+# False: the start before decision 043 (benchmarks/bench_small_rows.py --ab-dividing)
+DIVIDING_TILES = True
+
+
+def odd_row_tile(rows: int) -> list:
+    """``[d]``: the largest divisor of ``rows`` from 5 to 16 where no offered tile of 3 rows or more
+    divides them (49 rows of a 7 x 7 feature map or a 7 x 7 attention window: 7), else ``[]``. Without
+    it every tile leaves a guarded edge tile, which runs several times slower per FMA; with few rows that
+    edge is a large share of the work (why: docs/decisions/043-few-rows-get-a-dividing-tile.md)."""
+    if not DIVIDING_TILES or any(rows % t == 0 for t in ROW_TILES):
+        return []
+    return [d for d in range(16, 4, -1) if rows % d == 0][:1]
+
+
+def few_row_tile(rows: int, registers: int, columns: int, lanes: int) -> tuple | None:
+    """``(rows, vectors)`` of the first register tile that divides ``rows`` and leaves no ragged column
+    tile: ``FEW_ROW_TILES`` (24 accumulators where 6 or 8 rows divide), then :func:`odd_row_tile`'s
+    with as many vectors as fit beside it, up to 4 (7 rows: 3 vectors), before 2-row tiles; None if
+    none does. With 16 registers, tiles of 2 vectors.
+    why: docs/decisions/038-few-row-products-8x3-tile.md, docs/decisions/043-few-rows-get-a-dividing-tile.md"""
+    shapes = FEW_ROW_TILES if registers >= 32 else tuple((t, 2) for t in (6, 4, 8, 3, 2))
+    odd = [(d, min(4, (registers - 1) // (d + 1))) for d in odd_row_tile(rows)]
+    shapes = tuple(t for t in shapes if t[0] > 2) + tuple(t for t in odd if t[1] >= 2) + \
+        tuple(t for t in shapes if t[0] <= 2)
+    return next(((t, v) for t, v in shapes if rows % t == 0 and (columns % (v * lanes) == 0 or
+                                                                 columns >= NARROW_VECTORS * lanes)), None)
+
+
+def register_tile(registers: int, columns: int, lanes: int, rows: int = 0) -> tuple:
     """``(vectors, rows)`` of the start's register tile over ``columns`` output columns.
 
-    4 vectors x 6 rows (24 of 32 registers) or 2 x 6 (12 of 16); with 32 registers, where fewer than
+    At most ``K_BLOCK_MAX_ROWS`` rows: :func:`few_row_tile` where one fits. Else 4 vectors x 6 rows
+    (24 of 32 registers) or 2 x 6 (12 of 16); with 32 registers, where fewer than
     ``NARROW_VECTORS`` whole vectors of columns leave 4-vector tiles a ragged edge tile (guarded: it runs
     several times slower per FMA), 2 x 12 where 2 vectors divide the columns and 3 do not, else 3 x 8
     (24 accumulators either way).
-    why: docs/decisions/010-matmul-register-tile.md, docs/decisions/040-matmul-tile-fits-the-columns.md"""
+    why: docs/decisions/010-matmul-register-tile.md, docs/decisions/040-matmul-tile-fits-the-columns.md,
+    docs/decisions/043-few-rows-get-a-dividing-tile.md"""
+    few = few_row_tile(rows, registers, columns, lanes) if DIVIDING_TILES and 0 < rows <= K_BLOCK_MAX_ROWS else None
+    if few:
+        return few[1], few[0]
     if registers < 32:
         return 2, 6
     nv = -(-columns // lanes)
@@ -41,16 +75,18 @@ def hint_k_blocks(src, registers: int, row: str, vec_axis: str, reduce: list, ex
     column panel in one local block, the reduction cut into blocks of ``K_BLOCK``, so each
     block of the panel (``K_BLOCK`` x the tile's columns) is read from L1 by all the row tiles
     rather than from L2/L3 by each in turn. The row tile divides the rows (no ragged edge):
-    6 rows x 4 vectors, else 8 x 3 (24 accumulators either way, with 32 registers), else 4 x 4.
+    6 rows x 4 vectors, else 8 x 3 (24 accumulators either way, with 32 registers), else 4 x 4,
+    else :func:`few_row_tile`'s others.
     why: docs/decisions/027-small-row-products-block-the-reduction.md,
-    docs/decisions/038-few-row-products-8x3-tile.md"""
+    docs/decisions/038-few-row-products-8x3-tile.md, docs/decisions/043-few-rows-get-a-dividing-tile.md"""
     rows = ext[row]
     depth = math.prod(ext[lp] for lp in reduce)
     blocks = k_blocks(depth)
     if len(reduce) != 1 or rows > K_BLOCK_MAX_ROWS or depth < K_BLOCK_MIN_DEPTH or not blocks:
         return
     shapes = FEW_ROW_TILES if registers >= 32 else tuple((t, 2) for t in (6, 4, 8, 3, 2))
-    tile, vectors = next(((t, v) for t, v in shapes if rows % t == 0), shapes[0])
+    tile, vectors = (DIVIDING_TILES and few_row_tile(rows, registers, ext[vec_axis], lanes)) or \
+        next(((t, v) for t, v in shapes if rows % t == 0), shapes[0])
     block = max(1, min(rows, K_BLOCK_ROWS) // tile)       # row tiles sharing a panel block
     src.hint(f"{vec_axis}.t3", vectors * lanes)
     src.hint(f"{row}.t3", tile)

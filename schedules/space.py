@@ -44,7 +44,7 @@ from .transpose_tiles import transpose_tile
 from .prefetch import PANEL_DISTANCE, prefetch_decision
 from .decisions import DecisionSource, FixedDecisions, MutatedDecisions, OptunaDecisions, RandomDecisions  # noqa: F401
 from .schedule import Schedule
-from .matmul_start import hint_k_blocks, k_blocks, register_tile
+from .matmul_start import hint_k_blocks, k_blocks, odd_row_tile, register_tile
 from .tiling import fuse_parallel as _fuse_parallel, split_all as _split_all
 
 MAX_UNROLLED_BODY = 64   # vector FMAs (tile rows x vectors per row x inner reduce iterations) unrolled
@@ -225,7 +225,8 @@ class GeneratedSpace:
         # register tile: the vector axis first, then the others within the register budget
         lanes = self.lanes(st.dtype)
         # heuristic start: why: docs/decisions/010-matmul-register-tile.md, 027, 038, 040
-        vectors, rows = register_tile(self.registers, ext[vec_axis], lanes)
+        vectors, rows = register_tile(self.registers, ext[vec_axis], lanes,
+                                      ext[spatial[-2]] if len(spatial) > 1 else 0)
         src.hint(f"{vec_axis}.t3", vectors * lanes)
         if len(spatial) > 1:
             src.hint(f"{spatial[-2]}.t3", rows)
@@ -234,7 +235,8 @@ class GeneratedSpace:
         vectors = max(1, -(-t3[vec_axis] // lanes))
         budget = (self.registers - vectors - 1) // vectors   # accumulators + one row of B + a broadcast
         for lp in reversed(spatial[:-1]):
-            t3[lp] = src.choose(f"{lp}.t3", [c for c in self.small_choices(ext[lp]) if c <= budget] or [1])
+            rows = self.small_choices(ext[lp]) + odd_row_tile(ext[lp])
+            t3[lp] = src.choose(f"{lp}.t3", [c for c in rows if c <= budget] or [1])
             budget = max(1, budget // t3[lp])
         t2 = {lp: src.choose(f"{lp}.t2", self.level_choices(max(1, ext[lp] // t3[lp]))) for lp in spatial}
         # t1 tiles make one parallel task's block (up to 64: a task of 64 register tiles of rows

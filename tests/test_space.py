@@ -226,6 +226,26 @@ def test_few_row_long_products_start_with_a_row_tile_that_divides_the_rows(rows,
     assert rows % d["C.i.t3"] == 0 and 2048 % d["C.k.r1"] == 0
 
 
+@pytest.mark.parametrize("rows, k, tile, vectors", [(49, 2048, 7, 3), (49, 256, 7, 3), (25, 1024, 5, 4),
+                                                    (91, 64, 13, 2)])
+def test_row_counts_no_offered_tile_divides_get_a_dividing_tile(rows, k, tile, vectors):
+    # decision 043: 49 rows (a 7 x 7 map or attention window) are not cut into 6-row tiles and a
+    # guarded 1-row edge; the divisor is offered to the search too
+    space = GeneratedSpace(WorkloadSpec.parse("matmul", [f"M={rows}", "N=768", f"K={k}"]).tensors(), AVX512)
+    d = space.default_decisions()
+    assert (d["C.i.t3"], d["C.j.t3"] // 16) == (tile, vectors)
+    src = FixedDecisions(d)
+    space.apply(src)
+    assert tile in src.choices["C.i.t3"] and 6 in src.choices["C.i.t3"]
+
+
+def test_a_7_row_tile_computes_what_numpy_computes():
+    space = GeneratedSpace(WorkloadSpec.parse("matmul", ["M=49", "N=96", "K=1024"]).tensors(), AVX512)
+    d = space.default_decisions()
+    assert d["C.i.t3"] == 7
+    check_against_evaluator(space.apply(FixedDecisions(d)))
+
+
 def test_the_8x3_start_computes_what_numpy_computes_with_ragged_columns():
     space = GeneratedSpace(WorkloadSpec.parse("matmul", ["M=16", "N=100", "K=1024"]).tensors(), AVX512)
     d = space.default_decisions()

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
@@ -25,7 +23,7 @@ sys.path.insert(0, HERE)
 
 
 def compiled(proto, threads: int, guided: bool):
-    import tensorir.codegen.parallel as parallel
+    from tensorir.codegen import parallel
     from tensorir.runtime import clear_cache
     from tuner.model_api import compile_model
     saved = parallel.GUIDED
@@ -47,8 +45,10 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     import llvmlite.binding as llvm
     import numpy as np
-    import tests.onnx_models as models
     from bench_model import feeds_for, ort_session
+    from busy_core import phases
+
+    import tests.onnx_models as models
     from tuner.compare import limit_threads, paired_speedup, side_by_side
     from tuner.model_api import load
     print(f"host {llvm.get_host_cpu_name()}; {args.threads} threads, {args.rounds} paired rounds "
@@ -65,22 +65,16 @@ def main(argv=None) -> int:
             if not np.allclose(got, want[name], rtol=1e-4, atol=1e-4):
                 raise SystemExit(f"{model}: guided and static builds disagree on {name}")
         builds[model] = (g, s, ort_session(proto, args.threads), feeds)
-    for phase in ("quiet",) if args.no_hog else ("quiet", "other core busy"):
-        hog = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if phase != "quiet" else None
-        time.sleep(1)
-        try:
-            for model, (g, s, sess, feeds) in builds.items():
-                with limit_threads(args.threads):
-                    res = side_by_side({"guided": lambda: g.run(feeds), "static": lambda: s.run(feeds),
-                                        "ort": lambda: sess.run(None, feeds)},
-                                       rounds=args.rounds, min_repeat_ms=200, repeats_per_round=1)
-                ms = {k: r["median"] * 1e3 for k, r in res.items()}
-                print(f"| {phase} | {model} | {paired_speedup(res, 'guided', 'ort'):.2f} | "
-                      f"{paired_speedup(res, 'static', 'ort'):.2f} | {paired_speedup(res, 'guided', 'static'):.2f} | "
-                      f"{ms['guided']:.2f} | {ms['static']:.2f} | {ms['ort']:.2f} |", flush=True)
-        finally:
-            if hog is not None:
-                hog.kill()
+    for phase in phases(not args.no_hog):
+        for model, (g, s, sess, feeds) in builds.items():
+            with limit_threads(args.threads):
+                res = side_by_side({"guided": lambda g=g, f=feeds: g.run(f), "static": lambda s=s, f=feeds: s.run(f),
+                                    "ort": lambda o=sess, f=feeds: o.run(None, f)},
+                                   rounds=args.rounds, min_repeat_ms=200, repeats_per_round=1)
+            ms = {k: r["median"] * 1e3 for k, r in res.items()}
+            print(f"| {phase} | {model} | {paired_speedup(res, 'guided', 'ort'):.2f} | "
+                  f"{paired_speedup(res, 'static', 'ort'):.2f} | {paired_speedup(res, 'guided', 'static'):.2f} | "
+                  f"{ms['guided']:.2f} | {ms['static']:.2f} | {ms['ort']:.2f} |", flush=True)
     return 0
 
 

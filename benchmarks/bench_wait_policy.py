@@ -17,7 +17,6 @@ import argparse
 import os
 import subprocess
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -31,8 +30,9 @@ def one(model: str, threads: int, rounds: int) -> float:
     """In this process: ours / onnxruntime's speed, paired per round."""
     sys.path.insert(0, ROOT)
     sys.path.insert(0, HERE)
-    import tests.onnx_models as models
     from bench_model import feeds_for, ort_session
+
+    import tests.onnx_models as models
     from tuner.compare import limit_threads, paired_speedup, side_by_side
     from tuner.model_api import compile_model, load
     proto = getattr(models, model)()
@@ -58,26 +58,22 @@ def main(argv=None) -> int:
         print(f"{one(args.one, args.threads, args.rounds):.3f}")
         return 0
     import llvmlite.binding as llvm
+    sys.path.insert(0, HERE)
+    from busy_core import phases
     print(f"host {llvm.get_host_cpu_name()}; ours / onnxruntime at {args.threads} threads, paired rounds")
     print("| phase | model | " + " | ".join(POLICIES) + " |")
     print("|---|---|" + "---|" * len(POLICIES))
-    for phase in ("quiet",) if args.no_hog else ("quiet", "other core busy"):
-        hog = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if phase != "quiet" else None
-        time.sleep(1)
-        try:
-            for model in args.models.split(","):
-                cells = {p: [] for p in POLICIES}
-                for _ in range(args.repeats):
-                    for policy, env in POLICIES.items():
-                        env = {k: v for k, v in {**os.environ, **env}.items() if v != ""}
-                        out = subprocess.run([sys.executable, __file__, "--one", model, "--threads",
-                                              str(args.threads), "--rounds", str(args.rounds)],
-                                             env=env, capture_output=True, text=True, check=True)
-                        cells[policy].append(out.stdout.split()[-1])
-                print(f"| {phase} | {model} | " + " | ".join(" / ".join(v) for v in cells.values()) + " |", flush=True)
-        finally:
-            if hog is not None:
-                hog.kill()
+    for phase in phases(not args.no_hog):
+        for model in args.models.split(","):
+            cells = {p: [] for p in POLICIES}
+            for _ in range(args.repeats):
+                for policy, env in POLICIES.items():
+                    env = {k: v for k, v in {**os.environ, **env}.items() if v != ""}
+                    out = subprocess.run([sys.executable, __file__, "--one", model, "--threads",
+                                          str(args.threads), "--rounds", str(args.rounds)],
+                                         env=env, capture_output=True, text=True, check=True)
+                    cells[policy].append(out.stdout.split()[-1])
+            print(f"| {phase} | {model} | " + " | ".join(" / ".join(v) for v in cells.values()) + " |", flush=True)
     return 0
 
 

@@ -35,13 +35,20 @@ def odd_row_tile(rows: int) -> list:
     return [d for d in range(16, 4, -1) if rows % d == 0][:1]
 
 
+def _row_tiles(registers: int) -> tuple:
+    """``(rows, vectors)`` tiles tried in order: ``FEW_ROW_TILES`` with 32 registers, else 2-vector tiles."""
+    return FEW_ROW_TILES if registers >= 32 else tuple((t, 2) for t in (6, 4, 8, 3, 2))
+
+
 def few_row_tile(rows: int, registers: int, columns: int, lanes: int) -> tuple | None:
     """``(rows, vectors)`` of the first register tile that divides ``rows`` and leaves no ragged column
     tile: ``FEW_ROW_TILES`` (24 accumulators where 6 or 8 rows divide), then :func:`odd_row_tile`'s
     with as many vectors as fit beside it, up to 4 (7 rows: 3 vectors), before 2-row tiles; None if
-    none does. With 16 registers, tiles of 2 vectors.
+    none does, or without ``DIVIDING_TILES``. With 16 registers, tiles of 2 vectors.
     why: docs/decisions/038-few-row-products-8x3-tile.md, docs/decisions/043-few-rows-get-a-dividing-tile.md"""
-    shapes = FEW_ROW_TILES if registers >= 32 else tuple((t, 2) for t in (6, 4, 8, 3, 2))
+    if not DIVIDING_TILES:
+        return None
+    shapes = _row_tiles(registers)
     odd = [(d, min(4, (registers - 1) // (d + 1))) for d in odd_row_tile(rows)]
     shapes = tuple(t for t in shapes if t[0] > 2) + tuple(t for t in odd if t[1] >= 2) + \
         tuple(t for t in shapes if t[0] <= 2)
@@ -59,7 +66,7 @@ def register_tile(registers: int, columns: int, lanes: int, rows: int = 0) -> tu
     (24 accumulators either way).
     why: docs/decisions/010-matmul-register-tile.md, docs/decisions/040-matmul-tile-fits-the-columns.md,
     docs/decisions/043-few-rows-get-a-dividing-tile.md"""
-    few = few_row_tile(rows, registers, columns, lanes) if DIVIDING_TILES and 0 < rows <= K_BLOCK_MAX_ROWS else None
+    few = few_row_tile(rows, registers, columns, lanes) if 0 < rows <= K_BLOCK_MAX_ROWS else None
     if few:
         return few[1], few[0]
     if registers < 32:
@@ -84,8 +91,8 @@ def hint_k_blocks(src, registers: int, row: str, vec_axis: str, reduce: list, ex
     blocks = k_blocks(depth)
     if len(reduce) != 1 or rows > K_BLOCK_MAX_ROWS or depth < K_BLOCK_MIN_DEPTH or not blocks:
         return
-    shapes = FEW_ROW_TILES if registers >= 32 else tuple((t, 2) for t in (6, 4, 8, 3, 2))
-    tile, vectors = (DIVIDING_TILES and few_row_tile(rows, registers, ext[vec_axis], lanes)) or \
+    shapes = _row_tiles(registers)
+    tile, vectors = few_row_tile(rows, registers, ext[vec_axis], lanes) or \
         next(((t, v) for t, v in shapes if rows % t == 0), shapes[0])
     block = max(1, min(rows, K_BLOCK_ROWS) // tile)       # row tiles sharing a panel block
     src.hint(f"{vec_axis}.t3", vectors * lanes)

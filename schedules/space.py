@@ -29,7 +29,6 @@ R0  (before R1) a convolution anchor is tiled on blocked layouts by its own rule
 """
 from __future__ import annotations
 
-
 from schedules.errors import DecisionError
 from schedules.state import AttachKind
 
@@ -483,8 +482,6 @@ class _Heuristic(DecisionSource):
 
 
 # -------------------------------------------------------------------- helpers
-
-
 
 def _register_tile(s: Schedule, name: str, unroll_k: bool) -> Schedule:
     """Vectorize the innermost loop, unroll the other register-tile loops (and the inner k)."""

@@ -25,7 +25,8 @@ R4  every other root stage: vectorize the last axis, fuse and parallelize the re
     whose vector axis strides through an input gets tiles of one cache line of the axis that
     input reads contiguously (``schedules/transpose_tiles.py``).
 R0  (before R1) a convolution anchor is tiled on blocked layouts by its own rule instead of R3
-    (``schedules/conv_space.py``); its padding stage is left for that rule.
+    (``schedules/conv_space.py``); its padding stage is left for that rule.  A Winograd convolution's
+    products, windows and padding are scheduled per block of tile rows (``schedules/winograd_space.py``).
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ from schedules.lowering.checks import MAX_VECTOR_LANES
 from tensorir.te import AxisKind
 
 from .conv_space import find_convs, tile_conv
+from .winograd_space import find_winograd, tile_winograd
 from .rows import schedule_host, shared_in_row
 from .transpose_tiles import transpose_tile
 from .prefetch import PANEL_DISTANCE, prefetch_decision
@@ -122,6 +124,9 @@ class GeneratedSpace:
             if src.choose(f"{n}.blocked", [False, True]):
                 convs[n] = c
         pads = {c.pad_stage for c in convs.values()}
+        # R0': Winograd convolutions (schedules/winograd_space.py): their windows and padding stay stages
+        winos = find_winograd(g)
+        pads |= {x for w in winos.values() for x in (w.windows, w.pad_stage) if x}
         # R1: inline elementwise intermediates
         for st in list(g.stages):
             if not st.is_output and not st.is_reduction and st.name not in pads:
@@ -135,7 +140,7 @@ class GeneratedSpace:
         epilogue_of = {}   # anchor -> elementwise output that reads it at identical indices
         hosted = {}        # stage -> elementwise output host (R2)
         for st in reversed(live):
-            if st.is_output:
+            if st.is_output or st.name in winos:
                 continue
             cons = g.consumers(st)
             if st.is_reduction and len(cons) == 1 and _is_epilogue(st, cons[0]) \
@@ -151,6 +156,11 @@ class GeneratedSpace:
         done = set()
         # R3: multi-level tiling of anchors
         for a in anchors:
+            if a.name in winos:
+                s, made = tile_winograd(self, s, src, winos[a.name])
+                if made:
+                    done |= made
+                    continue
             if a.name in convs and (epilogue_of.get(a.name) or a.is_output):
                 s, made = tile_conv(self, s, src, convs[a.name], epilogue_of.get(a.name))
                 done |= made

@@ -26,6 +26,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from tensorir.ops import library as ops
+from tensorir.ops import winograd as wino
 
 
 class WorkloadError(ValueError):
@@ -353,6 +354,19 @@ register(Workload(
     ops.conv2d_nchwc,
     lambda N, C, H, W, K, R, S, stride, pad, cb, kb, dtype: _conv2d_flops(N, C, H, W, K, R, S, stride, pad, 1, dtype),
     _conv2d_nchwc_ref))
+
+def _winograd_flops(**params):
+    from tensorir.te.evaluate import count_flops
+    return count_flops(wino.conv2d_winograd_nchwc(**params))   # the transforms' additions and the products
+
+
+register(Workload(
+    "conv2d_winograd_nchwc", "3x3 convolution (stride 1, padding 1) by Winograd F(2x2, 3x3) on blocked layouts: "
+    "data (N, C/cb, H, W, cb), transformed weights (16, C, K)",
+    _sizes("N", "C", "H", "W", "K", N=1, C=64, H=56, W=56, K=64)
+    + (Param("cb", int, 16, "input channels per block"), Param("kb", int, 16, "output channels per block"), _DTYPE),
+    wino.conv2d_winograd_nchwc, _winograd_flops,
+    lambda inputs, N, C, H, W, K, cb, kb, dtype: [wino.reference(inputs[0], inputs[1], kb)]))
 
 register(Workload(
     "depthwise_conv2d", "depthwise 2-d convolution, NCHW data, weights (C, 1, R, S)",

@@ -1,7 +1,7 @@
 """Convolutions of ResNet-18 and MobileNet-V2, tuned, against onnxruntime side by side.
 
     python benchmarks/bench_conv.py [--net resnet18,mobilenetv2] [--only LAYER,...] [--threads 1,2]
-                                    [--trials 64] [--heuristic] [--form nchw|nchwc] [--seed 0] [--json PATH]
+                                    [--trials 64] [--heuristic] [--form nchw|nchwc|model] [--seed 0] [--json PATH]
                                     [--variant "Y.kb=32 Y.qt=14" ...]
 
 Every distinct convolution of the two networks (batch 1, fp32, NCHW) is tuned from an empty log
@@ -31,6 +31,7 @@ from schedules.decisions import DecisionSource
 from schedules.errors import ScheduleError
 from schedules.space import FixedDecisions, GeneratedSpace
 from tensorir.ops.library import unpack_nchwc
+from tensorir.ops.winograd import winograd_weights
 from tensorir.runtime import build
 from tuner.compare import side_by_side
 from tuner.machine_peak import machine_peak
@@ -174,7 +175,10 @@ def constants_of(spec: WorkloadSpec, per_call: bool) -> tuple:
     session is created; our model builds pack them once too, tuner.prepack), unless ``per_call``.
     ``conv2d_nchwc`` takes its weights packed already."""
     names = [t.name for t in spec.tensors() if t.is_placeholder]
-    return () if per_call or spec.name == "conv2d_nchwc" or "Wt" not in names else ("Wt",)
+    return () if per_call or spec.name in BLOCKED_FORMS or "Wt" not in names else ("Wt",)
+
+
+BLOCKED_FORMS = ("conv2d_nchwc", "conv2d_winograd_nchwc")
 
 
 def best_trace(spec: WorkloadSpec, threads: int, trials: int, seed: int, heuristic: bool, constants: tuple = ()):
@@ -190,6 +194,34 @@ def best_trace(spec: WorkloadSpec, threads: int, trials: int, seed: int, heurist
         res = Tuner(spec, cfg, log=TuningLog(f"{tmp}/log.jsonl"), storage=f"sqlite:///{tmp}/log.jsonl.optuna.db",
                     model_path=f"{tmp}/log.jsonl.costmodel").run()
     return res.best.trace, time.perf_counter() - t0
+
+
+def layer_spec(workload: str, params: dict, form: str) -> WorkloadSpec:
+    """The layer as ``form`` computes it: ``nchw`` the built-in as it is; ``nchwc`` a conv2d as
+    ``conv2d_nchwc``; ``model`` as a model build does: by Winograd (``conv2d_winograd_nchwc``) where
+    the graph level uses it (``graph.lower.linalg.winograd_shape_fits``), else as ``nchwc``."""
+    if workload != "conv2d" or form == "nchw":
+        return WorkloadSpec(workload, params)
+    if form == "model":
+        from graph.lower.linalg import winograd_shape_fits
+        p = params
+        out = ((p["H"] + 2 * p["pad"] - p["R"]) // p["stride"] + 1, (p["W"] + 2 * p["pad"] - p["S"]) // p["stride"] + 1)
+        if winograd_shape_fits(p["C"], p["K"], (p["R"], p["S"]), p["stride"], p["pad"], p.get("dilation", 1), 1, out):
+            def block(n):
+                return next((b for b in (32, 16, 8) if n % b == 0), n)
+            return WorkloadSpec("conv2d_winograd_nchwc", dict(N=p["N"], C=p["C"], H=p["H"], W=p["W"], K=p["K"],
+                                                              cb=block(p["C"]), kb=block(p["K"])))
+    return blocked_spec(workload, params)
+
+
+def conv_flops(spec: WorkloadSpec) -> int:
+    """The direct convolution's FLOPs (a Winograd form's GFLOP/s are direct-equivalent, as cuDNN and
+    oneDNN report theirs: the same work done in less time)."""
+    if spec.name != "conv2d_winograd_nchwc":
+        return spec.flops
+    p = spec.params
+    return WorkloadSpec("conv2d", dict(N=p["N"], C=p["C"], H=p["H"], W=p["W"], K=p["K"], R=3, S=3, stride=1,
+                                       pad=1)).flops
 
 
 def blocked_spec(workload: str, params: dict) -> WorkloadSpec:
@@ -221,7 +253,13 @@ def compare_variants(spec: WorkloadSpec, traces: dict, threads: int, rounds: int
         x = unpack_nchwc(x)
         K, C, R, S = params["K"], params["C"], params["R"], params["S"]
         w = np.ascontiguousarray(w.transpose(0, 5, 1, 4, 2, 3).reshape(K, C, R, S))
-    sess = onnx_session("conv2d" if spec.name == "conv2d_nchwc" else spec.name, params, w, threads)
+    if spec.name == "conv2d_winograd_nchwc":     # U from KCRS weights, transformed once (as a model build does)
+        x = unpack_nchwc(x)
+        params.update(R=3, S=3, stride=1, pad=1)
+        w = (np.random.default_rng(1).standard_normal((params["K"], params["C"], 3, 3)) /
+             math.sqrt(9 * params["C"])).astype(np.float32)
+        inputs = [inputs[0], winograd_weights(w)]
+    sess = onnx_session("conv2d" if spec.name in BLOCKED_FORMS else spec.name, params, w, threads)
     feed = {"X": x}
     ref = sess.run(None, feed)[0]
     fns = {}
@@ -234,7 +272,7 @@ def compare_variants(spec: WorkloadSpec, traces: dict, threads: int, rounds: int
         kernel = build(schedule.lower())
         kernel.threads = threads
         kernel(*inputs, *packed, *outs)
-        got = unpack_nchwc(outs[0]) if spec.name == "conv2d_nchwc" else outs[0]
+        got = unpack_nchwc(outs[0]) if spec.name in BLOCKED_FORMS else outs[0]
         if not np.allclose(got, ref, rtol=1e-3, atol=1e-3 * math.sqrt(spec.reduction_length)):
             raise SystemExit(f"bench_conv: {spec.label} ({name}): our output differs from onnxruntime's "
                              f"(max |diff| {float(np.max(np.abs(got - ref))):g})")
@@ -280,8 +318,7 @@ class _Variant(DecisionSource):
 def run_variants(net: str, name: str, threads: int, args) -> list:
     """The heuristic start and each ``--variant`` (decisions changed from it) against onnxruntime."""
     workload, params = LAYERS[net][name]
-    spec = blocked_spec(workload, params) if args.form == "nchwc" and workload == "conv2d" \
-        else WorkloadSpec(workload, params)
+    spec = layer_spec(workload, params, args.form)
     space = GeneratedSpace(spec.tensors())
     start = space.default_decisions()
     traces = {"heuristic": space.apply(FixedDecisions(start)).to_json()}
@@ -296,7 +333,7 @@ def run_variants(net: str, name: str, threads: int, args) -> list:
     print(f"{net} {name} t={threads}: heuristic start {' '.join(f'{k}={v}' for k, v in start.items())}")
     rows = []
     for v in traces:
-        rows.append(dict(net=net, layer=name, threads=threads, variant=v, gflops=spec.flops / t[v] / 1e9,
+        rows.append(dict(net=net, layer=name, threads=threads, variant=v, gflops=conv_flops(spec) / t[v] / 1e9,
                          ratio=t["onnxruntime"] / t[v]))
         print(f"  {v:<40} {rows[-1]['gflops']:7.1f} GFLOP/s  ours/ort {rows[-1]['ratio']:.2f}x", flush=True)
     return rows
@@ -304,16 +341,16 @@ def run_variants(net: str, name: str, threads: int, args) -> list:
 
 def run_layer(net: str, name: str, threads: int, args, peak) -> dict:
     workload, params = LAYERS[net][name]
-    spec = blocked_spec(workload, params) if args.form == "nchwc" and workload == "conv2d" \
-        else WorkloadSpec(workload, params)
+    spec = layer_spec(workload, params, args.form)
     constants = constants_of(spec, args.pack_per_call)
     trace, tune_s = best_trace(spec, threads, args.trials, args.seed, args.heuristic, constants)
     ours, theirs = compare_with_onnxruntime(spec, trace, threads, args.rounds, constants)
-    gflops = spec.flops / ours / 1e9
+    flops = conv_flops(spec)
+    gflops = flops / ours / 1e9
     return dict(net=net, layer=name, workload=spec.label, threads=threads, trials=0 if args.heuristic else args.trials,
-                gflops=gflops, ort_gflops=spec.flops / theirs / 1e9, ratio=theirs / ours,
+                gflops=gflops, ort_gflops=flops / theirs / 1e9, ratio=theirs / ours,
                 peak_fraction=gflops / peak.peak_gflops if peak else None,
-                ort_peak_fraction=spec.flops / theirs / 1e9 / peak.peak_gflops if peak else None,
+                ort_peak_fraction=flops / theirs / 1e9 / peak.peak_gflops if peak else None,
                 tune_s=tune_s)
 
 
@@ -330,10 +367,12 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="", help="comma-separated layer names (see LAYERS); default: all")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--trials", type=int, default=64)
-    ap.add_argument("--form", choices=("nchw", "nchwc"), default="nchw",
+    ap.add_argument("--form", choices=("nchw", "nchwc", "model"), default="nchw",
                     help="nchw: tune the NCHW conv2d (data packed in the kernel, per call); "
                          "nchwc: tune conv2d_nchwc (blocked data in and out, weights prepacked as the graph "
-                         "level packs constant weights; depthwise layers stay NCHW)")
+                         "level packs constant weights; depthwise layers stay NCHW); model: the form a model "
+                         "build computes the layer in (Winograd F(2x2, 3x3) where the graph level uses it, "
+                         "else nchwc; its GFLOP/s direct-equivalent)")
     ap.add_argument("--heuristic", action="store_true", help="no search: time the space's first trial")
     ap.add_argument("--pack-per-call", action="store_true",
                     help="pack the weights in every call (default: once, outside the timing, as onnxruntime "

@@ -157,21 +157,25 @@ WINOGRAD_MIN_CHANNELS = 16
 
 
 def winograd_fits(node, x, w, shape, weights) -> bool:
-    """Whether a blocked conv is computed by Winograd's F(2x2, 3x3) (``tensorir/ops/winograd.py``): group 1,
-    a 3x3 window, stride 1, no dilation, padding 1, constant float32 weights, at least 16 input and output
-    channels, and at least 49 output tiles. Why these bounds: docs/decisions/044-winograd-3x3.md (ResNet-18's
-    stride-1 3x3 layers down to 14x14 ran 1.2-1.8x faster than direct; at 7x7, 16 tiles, about even)."""
+    """Whether a blocked conv is computed by Winograd's F(2x2, 3x3) (``tensorir/ops/winograd.py``): constant
+    float32 weights and a shape :func:`winograd_shape_fits` accepts."""
     if not WINOGRAD or weights is None or storage_dtype(x.dtype) != "float32" or x.rank != 4:
         return False
-    if node.attr("group", 1) != 1 or tuple(w.shape[2:]) != (3, 3):
+    (sh, sw), (dh, dw) = node.attr("strides", (1, 1)), node.attr("dilations", (1, 1))
+    return sh == sw and dh == dw and len(set(node.attr("pads", (0, 0, 0, 0)))) == 1 and \
+        winograd_shape_fits(x.shape[1], w.shape[0], tuple(w.shape[2:]), sh, node.attr("pads", (0,))[0], dh,
+                            node.attr("group", 1), tuple(shape[2:]))
+
+
+def winograd_shape_fits(c: int, k: int, window: tuple, stride: int, pad: int, dilation: int, group: int,
+                        out_hw: tuple) -> bool:
+    """Group 1, a 3x3 window, stride 1, no dilation, padding 1, at least 16 input and output channels and
+    at least 49 output tiles of 2x2. Why these bounds: docs/decisions/044-winograd-3x3.md (ResNet-18's
+    stride-1 3x3 layers down to 14x14 ran 1.2-1.8x faster than direct; at 7x7, 16 tiles, about even)."""
+    if (group, window, stride, pad, dilation) != (1, (3, 3), 1, 1, 1):
         return False
-    if tuple(node.attr("strides", (1, 1))) != (1, 1) or tuple(node.attr("dilations", (1, 1))) != (1, 1):
-        return False
-    if tuple(node.attr("pads", (0, 0, 0, 0))) != (1, 1, 1, 1) or tuple(shape[2:]) != tuple(x.shape[2:]):
-        return False
-    c_, k_ = x.shape[1], w.shape[0]
-    p_, q_ = shape[2:]
-    return min(c_, k_) >= WINOGRAD_MIN_CHANNELS and winograd.tiles(p_) * winograd.tiles(q_) >= WINOGRAD_MIN_TILES
+    p_, q_ = out_hw
+    return min(c, k) >= WINOGRAD_MIN_CHANNELS and winograd.tiles(p_) * winograd.tiles(q_) >= WINOGRAD_MIN_TILES
 
 
 def _conv_winograd(ctx, node, x, weights, shape, dtype):

@@ -46,7 +46,7 @@ def winograd_weights(w: np.ndarray) -> np.ndarray:
 
 # B^T's rows as two signed taps: row i of B^T d is d[first(i)] + sign(i) * d[second(i)]
 def _first(i):
-    return i - 2 * (i // 3)                      # 0, 1, 2, 1
+    return te.min(i, 4 - i)                      # 0, 1, 2, 1 (bounds [0, 3]: a task pads only its rows)
 
 
 def _second(i):

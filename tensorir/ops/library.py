@@ -30,7 +30,7 @@ NUMERIC_DTYPES = ("float32", "float64", "int32")
 
 # ------------------------------------------------------------------- checking
 
-def _check_sizes(op: str, minimum: int = 1, **sizes) -> None:
+def check_sizes(op: str, minimum: int = 1, **sizes) -> None:
     for name, value in sizes.items():
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
             raise ValueError(f"{op}: {name} must be an int, got {value!r}")
@@ -39,7 +39,7 @@ def _check_sizes(op: str, minimum: int = 1, **sizes) -> None:
             raise ValueError(f"{op}: {name} must be {kind}, got {value}")
 
 
-def _check_dtype(op: str, dtype: str, allowed=FLOAT_DTYPES) -> str:
+def check_dtype(op: str, dtype: str, allowed=FLOAT_DTYPES) -> str:
     if dtype not in allowed:
         raise ValueError(f"{op}: dtype must be one of {', '.join(allowed)}, got {dtype!r}")
     return dtype
@@ -93,8 +93,8 @@ def matmul(M: int, N: int, K: int, dtype: str = "float32") -> list:
     list of te.Tensor
         ``[A (M, K), B (K, N), C (M, N)]``.
     """
-    _check_sizes("matmul", M=M, N=N, K=K)
-    _check_dtype("matmul", dtype, NUMERIC_DTYPES)
+    check_sizes("matmul", M=M, N=N, K=K)
+    check_dtype("matmul", dtype, NUMERIC_DTYPES)
     A = te.placeholder((M, K), dtype, "A")
     B = te.placeholder((K, N), dtype, "B")
     k = te.reduce_axis(K, "k")
@@ -110,8 +110,8 @@ def batch_matmul(B: int, M: int, N: int, K: int, dtype: str = "float32") -> list
     list of te.Tensor
         ``[A (B, M, K), Bm (B, K, N), C (B, M, N)]``.
     """
-    _check_sizes("batch_matmul", B=B, M=M, N=N, K=K)
-    _check_dtype("batch_matmul", dtype, NUMERIC_DTYPES)
+    check_sizes("batch_matmul", B=B, M=M, N=N, K=K)
+    check_dtype("batch_matmul", dtype, NUMERIC_DTYPES)
     A = te.placeholder((B, M, K), dtype, "A")
     Bm = te.placeholder((B, K, N), dtype, "Bm")
     k = te.reduce_axis(K, "k")
@@ -129,8 +129,8 @@ def dense(batch: int, in_features: int, out_features: int, dtype: str = "float32
     list of te.Tensor
         ``[X (batch, in), W (out, in), bias (out,), Y (batch, out)]``.
     """
-    _check_sizes("dense", batch=batch, in_features=in_features, out_features=out_features)
-    _check_dtype("dense", dtype)
+    check_sizes("dense", batch=batch, in_features=in_features, out_features=out_features)
+    check_dtype("dense", dtype)
     X = te.placeholder((batch, in_features), dtype, "X")
     W = te.placeholder((out_features, in_features), dtype, "W")
     bias = te.placeholder((out_features,), dtype, "bias")
@@ -153,9 +153,9 @@ def conv2d(N: int, C: int, H: int, W: int, K: int, R: int, S: int, stride: int =
         ``[X (N, C, H, W), Wt (K, C, R, S), Y (N, K, P, Q)]``.
     """
     op = "conv2d"
-    _check_sizes(op, N=N, C=C, H=H, W=W, K=K, R=R, S=S, stride=stride, dilation=dilation)
-    _check_sizes(op, 0, pad=pad)
-    _check_dtype(op, dtype, NUMERIC_DTYPES)
+    check_sizes(op, N=N, C=C, H=H, W=W, K=K, R=R, S=S, stride=stride, dilation=dilation)
+    check_sizes(op, 0, pad=pad)
+    check_dtype(op, dtype, NUMERIC_DTYPES)
     P = _output_size(op, "H", H, R, "R", stride, pad, dilation)
     Q = _output_size(op, "W", W, S, "S", stride, pad, dilation)
     return _conv2d_stages(N, C, H, W, K, R, S, stride, pad, dilation, dtype, P, Q, "Y")
@@ -188,9 +188,9 @@ def conv2d_bias_relu(N: int, C: int, H: int, W: int, K: int, R: int, S: int, str
         ``[X, Wt, bias (K,), Y]``, or ``[X, Wt, bias, Z, Y]`` with ``residual=1``.
     """
     op = "conv2d_bias_relu"
-    _check_sizes(op, N=N, C=C, H=H, W=W, K=K, R=R, S=S, stride=stride)
-    _check_sizes(op, 0, pad=pad)
-    _check_dtype(op, dtype)
+    check_sizes(op, N=N, C=C, H=H, W=W, K=K, R=R, S=S, stride=stride)
+    check_sizes(op, 0, pad=pad)
+    check_dtype(op, dtype)
     if residual not in (0, 1):
         raise ValueError(f"{op}: residual must be 0 or 1, got {residual!r}")
     P = _output_size(op, "H", H, R, "R", stride, pad)
@@ -221,9 +221,9 @@ def conv2d_nchwc(N: int, C: int, H: int, W: int, K: int, R: int, S: int, stride:
         ``[X, Wt, Y]``.
     """
     op = "conv2d_nchwc"
-    _check_sizes(op, N=N, C=C, H=H, W=W, K=K, R=R, S=S, stride=stride, cb=cb, kb=kb)
-    _check_sizes(op, 0, pad=pad)
-    _check_dtype(op, dtype)
+    check_sizes(op, N=N, C=C, H=H, W=W, K=K, R=R, S=S, stride=stride, cb=cb, kb=kb)
+    check_sizes(op, 0, pad=pad)
+    check_dtype(op, dtype)
     for name, total, block in (("C", C, cb), ("K", K, kb)):
         if total % block:
             raise ValueError(f"{op}: {name}={total} must be a multiple of its block "
@@ -278,9 +278,9 @@ def depthwise_conv2d(N: int, C: int, H: int, W: int, R: int, S: int, stride: int
         ``[X (N, C, H, W), Wt (C, 1, R, S), Y (N, C, P, Q)]``.
     """
     op = "depthwise_conv2d"
-    _check_sizes(op, N=N, C=C, H=H, W=W, R=R, S=S, stride=stride)
-    _check_sizes(op, 0, pad=pad)
-    _check_dtype(op, dtype, NUMERIC_DTYPES)
+    check_sizes(op, N=N, C=C, H=H, W=W, R=R, S=S, stride=stride)
+    check_sizes(op, 0, pad=pad)
+    check_dtype(op, dtype, NUMERIC_DTYPES)
     P = _output_size(op, "H", H, R, "R", stride, pad)
     Q = _output_size(op, "W", W, S, "S", stride, pad)
     X = te.placeholder((N, C, H, W), dtype, "X")
@@ -296,9 +296,9 @@ def depthwise_conv2d(N: int, C: int, H: int, W: int, R: int, S: int, stride: int
 
 
 def _pool_setup(op: str, N, C, H, W, R, S, stride, pad, dtype, allowed):
-    _check_sizes(op, N=N, C=C, H=H, W=W, R=R, S=S, stride=stride)
-    _check_sizes(op, 0, pad=pad)
-    _check_dtype(op, dtype, allowed)
+    check_sizes(op, N=N, C=C, H=H, W=W, R=R, S=S, stride=stride)
+    check_sizes(op, 0, pad=pad)
+    check_dtype(op, dtype, allowed)
     if pad > R // 2 or pad > S // 2:
         raise ValueError(f"{op}: pad={pad} must be at most half the window (R={R}, S={S}): pad <= {min(R, S) // 2}")
     P = _output_size(op, "H", H, R, "R", stride, pad)
@@ -358,8 +358,8 @@ def softmax(rows: int, cols: int, dtype: str = "float32") -> list:
     list of te.Tensor
         ``[X (rows, cols), Y (rows, cols)]``.
     """
-    _check_sizes("softmax", rows=rows, cols=cols)
-    _check_dtype("softmax", dtype)
+    check_sizes("softmax", rows=rows, cols=cols)
+    check_dtype("softmax", dtype)
     X = te.placeholder((rows, cols), dtype, "X")
     k1, k2 = te.reduce_axis(cols, "k"), te.reduce_axis(cols, "k")
     row_max = te.compute((rows,), lambda i: te.max(X[i, k1], axis=k1), "row_max")
@@ -381,8 +381,8 @@ def layer_norm(rows: int, cols: int, eps: float = 1e-5, dtype: str = "float32") 
     list of te.Tensor
         ``[X (rows, cols), gamma (cols,), beta (cols,), Y (rows, cols)]``.
     """
-    _check_sizes("layer_norm", rows=rows, cols=cols)
-    _check_dtype("layer_norm", dtype)
+    check_sizes("layer_norm", rows=rows, cols=cols)
+    check_dtype("layer_norm", dtype)
     if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not 0 < eps < float("inf"):
         raise ValueError(f"layer_norm: eps must be a positive number, got {eps!r}")
     X = te.placeholder((rows, cols), dtype, "X")
@@ -412,8 +412,8 @@ def elementwise_chain(n: int, dtype: str = "float32") -> list:
     list of te.Tensor
         ``[X (n,), Y (n,)]``.
     """
-    _check_sizes("elementwise_chain", n=n)
-    _check_dtype("elementwise_chain", dtype)
+    check_sizes("elementwise_chain", n=n)
+    check_dtype("elementwise_chain", dtype)
     X = te.placeholder((n,), dtype, "X")
     affine = te.compute((n,), lambda i: X[i] * 2.0 + 1.0, "affine")
     sig = te.compute((n,), lambda i: te.sigmoid(affine[i]), "sig")

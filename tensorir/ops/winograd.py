@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from tensorir import te
+from tensorir.ops.library import check_dtype, check_sizes
 
 B_T = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], np.float64)
 G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], np.float64)
@@ -116,10 +117,9 @@ def conv2d_winograd_nchwc(N: int, C: int, H: int, W: int, K: int, cb: int = 16, 
     Data ``(N, C//cb, H, W, cb)``, transformed weights ``U`` ``(16, C, K)`` (:func:`winograd_weights` of
     the KCRS weights), output ``(N, K//kb, H, W, kb)``. Returns ``[X, U, Y]``.
     """
-    from tensorir.ops.library import _check_dtype, _check_sizes
     op = "conv2d_winograd_nchwc"
-    _check_sizes(op, N=N, C=C, H=H, W=W, K=K, cb=cb, kb=kb)
-    _check_dtype(op, dtype)
+    check_sizes(op, N=N, C=C, H=H, W=W, K=K, cb=cb, kb=kb)
+    check_dtype(op, dtype)
     for label, total, block in (("C", C, cb), ("K", K, kb)):
         if total % block:
             raise ValueError(f"{op}: {label}={total} must be a multiple of its block "

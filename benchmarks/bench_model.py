@@ -1,7 +1,8 @@
 """Whole models, untuned (heuristic starts), against onnxruntime, side by side in one process.
 
     python benchmarks/bench_model.py [--models mlp,resnet18,mobilenet_block,bert_layer] [--threads 1,2]
-                                     [--rounds 5] [--layouts-ab] [--blocked-ab] [--out FILE]
+                                     [--rounds 5] [--layouts-ab] [--blocked-ab] [--winograd-ab]
+                                     [--out FILE]
 
 For each model of ``tests/onnx_models.py`` (random weights, seeded):
 
@@ -17,7 +18,10 @@ For each model of ``tests/onnx_models.py`` (random weights, seeded):
 - with ``--blocked-ab``, also the model compiled with every value row-major (``blocked=False``; the
   default keeps activations blocked between convolutions), timed in the same rounds, and the paired
   speed-ups (:func:`tuner.compare.paired_speedup`, the median of per-round ratios) of both over
-  onnxruntime and of blocked over row-major (docs/decisions/035-blocked-activations-between-convs.md).
+  onnxruntime and of blocked over row-major (docs/decisions/035-blocked-activations-between-convs.md);
+- with ``--winograd-ab``, also the model compiled with every convolution direct
+  (``graph.lower.linalg.WINOGRAD = False``), timed in the same rounds, and the paired speed-ups
+  (docs/decisions/044-winograd-3x3.md).
 """
 from __future__ import annotations
 
@@ -53,7 +57,8 @@ def feeds_for(model, graph, seed: int = 0) -> dict:
             for i in model.graph.input if i.name not in weights}
 
 
-def bench(name: str, threads: int, rounds: int, log, layouts_ab: bool = False, blocked_ab: bool = False) -> dict:
+def bench(name: str, threads: int, rounds: int, log, layouts_ab: bool = False, blocked_ab: bool = False,
+          winograd_ab: bool = False) -> dict:
     import tests.onnx_models as models
     from tensorir.runtime import clear_cache
     from tuner.compare import paired_speedup, side_by_side
@@ -86,8 +91,18 @@ def bench(name: str, threads: int, rounds: int, log, layouts_ab: bool = False, b
             warnings.simplefilter("ignore")
             rowmajor = compile_model(graph, threads=threads, blocked=False)
         fns["tensortune-rowmajor"] = lambda: rowmajor.run(feeds)
+    if winograd_ab:
+        from graph.lower import linalg
+        linalg.WINOGRAD = False
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                direct = compile_model(graph, threads=threads)
+        finally:
+            linalg.WINOGRAD = True
+        fns["tensortune-direct"] = lambda: direct.run(feeds)
     # many short rounds for the A/B: its paired ratios then see the host's slow spells on both sides
-    res = side_by_side(fns, rounds=rounds, min_repeat_ms=200, repeats_per_round=1 if blocked_ab else 3)
+    res = side_by_side(fns, rounds=rounds, min_repeat_ms=200, repeats_per_round=1 if blocked_ab or winograd_ab else 3)
     info = compiled.info
     row = {"model": name, "threads": threads, "nodes": len(graph.nodes), "groups": info["groups"],
            "kernels": info["distinct_kernels"], "import_s": t1 - t0, "compile_s": t2 - t1, "ort_session_s": t3 - t2,
@@ -112,6 +127,15 @@ def bench(name: str, threads: int, rounds: int, log, layouts_ab: bool = False, b
               f"{row['blocked_vs_ort']:.3f}x onnxruntime, row-major {row['rowmajor_vs_ort']:.3f}x, blocked over "
               f"row-major {row['blocked_vs_rowmajor']:.3f}x; raw ms: "
               f"{' '.join(f'{v * 1e3:.3f}' for v in res['tensortune-rowmajor']['all'])}", file=log)
+    if winograd_ab:
+        row["direct_ms"] = res["tensortune-direct"]["median"] * 1e3
+        row["winograd_vs_ort"] = paired_speedup(res, "tensortune", "onnxruntime")
+        row["direct_vs_ort"] = paired_speedup(res, "tensortune-direct", "onnxruntime")
+        row["winograd_vs_direct"] = paired_speedup(res, "tensortune", "tensortune-direct")
+        print(f"  every conv direct (WINOGRAD=False) {row['direct_ms']:.2f} ms; paired speed-ups: default "
+              f"{row['winograd_vs_ort']:.3f}x onnxruntime, direct {row['direct_vs_ort']:.3f}x, default over direct "
+              f"{row['winograd_vs_direct']:.3f}x; raw ms: "
+              f"{' '.join(f'{v * 1e3:.3f}' for v in res['tensortune-direct']['all'])}", file=log)
     print(f"  raw tensortune ms: {' '.join(f'{v * 1e3:.3f}' for v in row['tt_all'])}", file=log)
     print(f"  raw onnxruntime ms: {' '.join(f'{v * 1e3:.3f}' for v in row['ort_all'])}", file=log, flush=True)
     return row
@@ -135,6 +159,8 @@ def main(argv=None) -> int:
     p.add_argument("--layouts-ab", action="store_true", help="also time the model with NHWC conv outputs")
     p.add_argument("--blocked-ab", action="store_true",
                    help="also time the model with every value row-major (blocked=False)")
+    p.add_argument("--winograd-ab", action="store_true",
+                   help="also time the model with every convolution direct (no Winograd)")
     p.add_argument("--out", help="also write the raw output to FILE")
     args = p.parse_args(argv)
     import llvmlite.binding as llvm
@@ -143,7 +169,7 @@ def main(argv=None) -> int:
     rows = []
     for threads in [int(t) for t in args.threads.split(",")]:
         for name in args.models.split(","):
-            rows.append(bench(name, threads, args.rounds, log, args.layouts_ab, args.blocked_ab))
+            rows.append(bench(name, threads, args.rounds, log, args.layouts_ab, args.blocked_ab, args.winograd_ab))
     text = table(rows)
     print(text, file=log)
     if log is not sys.stdout:

@@ -34,7 +34,7 @@ def current_target(threads: int | None = None) -> dict:
 
 
 def best_schedule(tensors, paths=None, threads: int | None = None, name: str | None = None,
-                  params: dict | None = None, check: bool = True):
+                  params: dict | None = None, check: bool = True, choices: bool = True):
     """``(Schedule or None, Lookup)``: the best logged schedule for this workload and machine.
 
     A record whose trace no longer replays, or (with ``check``) whose kernel
@@ -44,7 +44,7 @@ def best_schedule(tensors, paths=None, threads: int | None = None, name: str | N
     from tensorir.te.serialize import workload_key
     tensors = list(tensors)
     lookup = find_best(workload_key(tensors), current_target(threads), paths, name=name, params=params,
-                       usable=lambda record: record_usable(tensors, record, check))
+                       usable=lambda record: record_usable(tensors, record, check), choices=choices)
     if lookup.record is None:
         return None, lookup
     return replay(tensors, lookup.record), lookup
@@ -86,7 +86,7 @@ def _untuned(tensors, lookup, fallback: str):
 
 
 def build(tensors, log=None, threads: int | None = None, name: str | None = None, params: dict | None = None,
-          warn: bool = True, fallback: str = "heuristic", check: bool = True):
+          warn: bool = True, fallback: str = "heuristic", check: bool = True, choices: bool = True):
     """Build ``tensors`` with the best tuned schedule its logs hold.
 
     Parameters
@@ -113,6 +113,9 @@ def build(tensors, log=None, threads: int | None = None, name: str | None = None
     check : bool
         Check the chosen record's kernel against numpy once per process
         before using it (default True); a record that fails is skipped.
+    choices : bool
+        Let a model's choice (``tune-model``'s final check) rank first (default);
+        False: the fastest measurement alone.
 
     Returns
     -------
@@ -131,7 +134,7 @@ def build(tensors, log=None, threads: int | None = None, name: str | None = None
         paths = search_paths()
     else:
         paths = [log] if isinstance(log, (str, bytes)) or hasattr(log, "__fspath__") else list(log)
-    sch, lookup = best_schedule(tensors, paths, threads, name, params, check)
+    sch, lookup = best_schedule(tensors, paths, threads, name, params, check, choices)
     if sch is None:
         kernel, sch, lookup = _untuned(tensors, lookup, fallback)
     else:

@@ -149,6 +149,8 @@ def _summarize(records: Iterable[TuningRecord], lines: Iterable[int]) -> _Worklo
         if len(top) < TOP_K or record.rank_key < top[-1].rank_key:
             top.append(record)
             top.sort(key=lambda r: r.rank_key)
+            if record.model_choice:     # only the latest model choice counts: the others make room
+                top[:] = [r for n, r in enumerate(top) if not r.model_choice or n == 0]
             del top[TOP_K:]
             summary.line_of[id(record)] = line
     kept = {id(r) for top in summary.best.values() for r in top}
@@ -204,7 +206,7 @@ def display_path(path: str) -> str:
 
 
 def _pick(summaries: list[_FileSummary], workload_key: str, accept, usable,
-          verdicts: dict) -> tuple[TuningRecord | None, str | None, int | None, list]:
+          verdicts: dict, choices: bool = True) -> tuple[TuningRecord | None, str | None, int | None, list]:
     """The fastest usable record of the accepted targets, its log and line, and the faster unusable ones.
 
     ``verdicts`` (id(record) -> True or the reason it is unusable) spares asking
@@ -217,7 +219,7 @@ def _pick(summaries: list[_FileSummary], workload_key: str, accept, usable,
             continue
         for records in wl.best.values():
             found.extend((r.rank_key, n, r, summary.path, wl.line_of.get(id(r)))
-                         for n, r in enumerate(records) if accept(r.target))
+                         for n, r in enumerate(records) if accept(r.target) and (choices or not r.model_choice))
     skipped = []
     for _, _, record, path, line in sorted(found, key=lambda x: (x[0], x[1])):
         if usable is None:
@@ -269,7 +271,8 @@ def _skipped_text(skipped: list) -> str:
 
 def find_best(workload_key: str, target: Mapping,
               paths: Iterable[str | os.PathLike] | None = None, *,
-              name: str | None = None, params: Mapping | None = None, usable=None) -> Lookup:
+              name: str | None = None, params: Mapping | None = None, usable=None,
+              choices: bool = True) -> Lookup:
     """Find the best tuned record for a workload on a target across several logs.
 
     Parameters
@@ -289,6 +292,9 @@ def find_best(workload_key: str, target: Mapping,
         ``usable(record)`` returns True, or False or a one-line reason for a
         record that must be passed over (e.g. a trace that does not replay on
         these tensors, or gives wrong answers); the next best is tried.
+    choices : bool
+        Whether a model's choice (:attr:`TuningRecord.model_choice`) counts; False: the fastest
+        measurement alone, as ``tune-model``'s final check weighs it against the start.
 
     Returns
     -------
@@ -329,7 +335,7 @@ def find_best(workload_key: str, target: Mapping,
     shown = label or f"workload key {workload_key}"
     skipped, verdicts = [], {}
     for match, accept in _rules(target):
-        record, source, line, passed = _pick(summaries, workload_key, accept, usable, verdicts)
+        record, source, line, passed = _pick(summaries, workload_key, accept, usable, verdicts, choices)
         skipped += passed
         if record is None:
             continue

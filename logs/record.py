@@ -287,6 +287,15 @@ class TuningRecord:
         and the median of its measurements ranks it (one lucky measurement
         must not steer the search).  Not a new trial.  Optional in the JSON
         line (default false).
+    model_choice : bool
+        True for the choice of ``tune-model``'s final check: the task's tuned
+        schedule and its heuristic start were timed in place, as steps of the
+        model (side by side, alternating rounds), and this one ran faster
+        there; ``costs`` are its in-model times.  Lookups rank the latest such
+        record of a workload and target before all others (:attr:`rank_key`),
+        so builds use what ran fastest in the model, not in isolation
+        (docs/decisions/045-tune-model-keeps-what-runs-faster-in-the-model.md).
+        Optional in the JSON line (default false, omitted when false).
     meta : dict
         Optional annotations that do not change what was measured:
         ``"origin"``, who chose the candidate (the tuner's arm, e.g.
@@ -314,6 +323,7 @@ class TuningRecord:
     confirmed: bool = False
     remeasured: bool = False
     meta: dict = field(default_factory=dict)
+    model_choice: bool = False
 
     def __post_init__(self) -> None:
         if not _is_int(self.version) or self.version < 1:
@@ -351,7 +361,7 @@ class TuningRecord:
             raise _fail("tensortune_version", "a string", self.tensortune_version)
         if self.flops is not None and (not _is_int(self.flops) or self.flops < 0):
             raise _fail("flops", "a non-negative integer or null", self.flops)
-        for name in ("confirmed", "remeasured"):
+        for name in ("confirmed", "remeasured", "model_choice"):
             if not isinstance(getattr(self, name), bool):
                 raise _fail(name, "true or false", getattr(self, name))
         _str_keyed_dict("meta", self.meta)
@@ -380,8 +390,11 @@ class TuningRecord:
 
     @property
     def rank_key(self) -> tuple:
-        """Sort key of the fastest first: confirmed measurements, then by median cost."""
-        return (not self.confirmed, self.median_cost)
+        """Sort key of the fastest first: a model's choice (the latest first), then confirmed
+        measurements, then by median cost."""
+        if self.model_choice:
+            return (False, -_epoch(self.timestamp), False, self.median_cost)
+        return (True, 0.0, not self.confirmed, self.median_cost)
 
     @property
     def gflops(self) -> float | None:
@@ -403,6 +416,8 @@ class TuningRecord:
         out["costs"] = list(self.costs)
         if not out["meta"]:
             del out["meta"]      # optional: lines without annotations stay as before
+        if not out["model_choice"]:
+            del out["model_choice"]
         return out
 
     def to_json_line(self) -> str:
@@ -472,3 +487,8 @@ class TuningRecord:
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(TuningRecord))
+
+
+def _epoch(timestamp: str) -> float:
+    text = timestamp[:-1] + "+00:00" if timestamp.endswith("Z") else timestamp
+    return datetime.fromisoformat(text).timestamp()

@@ -359,7 +359,7 @@ def summarize(logs: Sequence[LogContents]) -> list[Summary]:
             if s is None:
                 s = groups[group_of(rec)] = Summary(rec.workload_label, rec.workload_key, rec.target)
             s.records += 1
-            s.trials += not (rec.remeasured or rec.confirmed)
+            s.trials += not (rec.remeasured or rec.confirmed or rec.model_choice)
             if not rec.ok:
                 s.errors[str(rec.error_kind)] += 1
             elif s.best is None or _sort_key(entry) < _sort_key(s.best):

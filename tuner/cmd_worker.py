@@ -212,7 +212,7 @@ def tune_with_local_workers(args, spec, cfg, log, storage: str) -> int:
     finally:
         if not args.quiet and sys.stderr.isatty():
             print(file=sys.stderr)
-    records = [r for r in log.for_workload(spec.key, tuner.target) if r.ok]
+    records = [r for r in log.for_workload(spec.key, tuner.target) if r.ok and not r.model_choice]
     best = min(records, key=lambda r: r.rank_key) if records else None
     out = {"workload": spec.name, "params": spec.params, "trials": summary["measured"], "workers": args.workers,
            "threads": threads, "by_worker": summary["by_worker"], "expired": summary["expired"],

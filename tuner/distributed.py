@@ -88,6 +88,7 @@ class SharedTuner(Tuner):
     def open(self) -> SharedTuner:
         """Open and register the study without measuring (``tune --workers``: the workers measure)."""
         previous = self.log.for_workload(self.spec.key, self.target) if self.log is not None else []
+        previous = [r for r in previous if not r.model_choice]     # (timed in a model: not a trial)
         self.state = RunState(seen={decision_key(r.decisions) for r in previous})
         self.started = time.perf_counter()
         self.study = self._study(previous)

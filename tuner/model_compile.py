@@ -61,8 +61,12 @@ def plan_graph(graph: Graph, passes: bool = True, layouts: bool = False, blocked
     return Plan(graph, groups, lowered, time.perf_counter() - t0, chosen)
 
 
-def build_kernels(plan: Plan, log=None, threads: int | None = None, prepack: bool = True) -> dict:
+def build_kernels(plan: Plan, log=None, threads: int | None = None, prepack: bool = True,
+                  choices: bool = True) -> dict:
     """One kernel per distinct workload key: key -> Kernel (its ``lookup`` says what schedule).
+
+    ``choices``: let a model's choice (``tune-model``'s final check) rank first (default); False:
+    each task's fastest measurement.
 
     With ``prepack``, a kernel whose schedule packs a constant input (weights) into a blocked
     layout is rebuilt to read a packed copy made once by :func:`assemble` (``kernel.prepacked``).
@@ -71,7 +75,7 @@ def build_kernels(plan: Plan, log=None, threads: int | None = None, prepack: boo
     kernels = {}
     for lw in plan.lowered:
         if lw.key not in kernels:
-            kernels[lw.key] = build(lw.tensors, log=log, threads=threads, warn=False)
+            kernels[lw.key] = build(lw.tensors, log=log, threads=threads, warn=False, choices=choices)
     if prepack:
         for key, kernel in kernels.items():
             kernels[key] = _prepacked(plan, key, kernel, threads)

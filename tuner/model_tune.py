@@ -6,8 +6,10 @@
 2. build the untuned model (heuristic starts only) and run it on seeded random inputs: the reference;
 3. spend the trial budget with the task scheduler (the table after every round, if ``progress``);
    with a shared storage, across worker processes (:mod:`tuner.model_coordinator`);
-4. rebuild the model with the log's best schedules, check its outputs against the reference, and time
-   it beside the untuned model and onnxruntime (when installed), side by side in this process.
+4. rebuild the model with the log's best schedules, keep per task the tuned kernel or its start,
+   whichever runs faster as a step of the model (:mod:`tuner.model_choice`, written to the log), check
+   its outputs against the reference, and time it beside the untuned model and onnxruntime (when
+   installed), side by side in this process.
 """
 from __future__ import annotations
 
@@ -61,7 +63,8 @@ def tune_model(graph, model_path: str | None, options: ModelTuneOptions, say=Non
         f"(the rest use their heuristic start); {options.trials} trials; log {log_path}")
 
     feeds = random_feeds(plan.graph, options.seed)
-    untuned = assemble(plan, build_kernels(plan, log=[], threads=options.threads))   # heuristic starts only
+    starts = build_kernels(plan, log=[], threads=options.threads)      # heuristic starts only
+    untuned = assemble(plan, starts)
     if options.threads:
         untuned.threads = options.threads
     reference = untuned.run(feeds)
@@ -84,7 +87,9 @@ def tune_model(graph, model_path: str | None, options: ModelTuneOptions, say=Non
             result = scheduler.run()
     tune_s = time.perf_counter() - started
 
-    tuned = assemble(plan, build_kernels(plan, log=log_path, threads=options.threads))
+    kernels = build_kernels(plan, log=log_path, threads=options.threads, choices=False)
+    checked = _in_model_check(plan, tasks, kernels, starts, feeds, options, log_path, model_name, say)
+    tuned = assemble(plan, kernels)
     if options.threads:
         tuned.threads = options.threads
     outputs = tuned.run(feeds)
@@ -107,4 +112,29 @@ def tune_model(graph, model_path: str | None, options: ModelTuneOptions, say=Non
             "onnxruntime_note": ort_why, "outputs_match_untuned": problem is None, "mismatch": problem,
             "max_relative_error_vs_onnxruntime": ort_error,
             "stop_reason": result.stop_reason if result else "no task needs tuning", "log": log_path,
-            "workers": options.workers, "by_worker": shared.by_worker if shared is not None else None}
+            "workers": options.workers, "by_worker": shared.by_worker if shared is not None else None,
+            "in_model_check": [{"task": c.label, "tuned_s": c.tuned_s, "start_s": c.start_s, "kept": c.kept}
+                               for c in checked]}
+
+
+def _in_model_check(plan, tasks, kernels: dict, starts: dict, feeds: dict, options, log_path: str,
+                    model_name: str, say) -> list:
+    """Per task whose tuned kernel is not its start, keep the one that runs faster in the model
+    (``kernels`` updated in place) and log the choice; returns the :class:`~tuner.model_choice.Choice` list."""
+    from logs import TuningLog
+    from .model_choice import choice_records, choose, differing
+    keys = differing(plan, kernels, starts)
+    if not keys:
+        return []
+    by_key = {t.spec.key: t for t in tasks}
+    say(f"checking {len(keys)} tuned kernel(s) against their starts inside the model ...")
+    checked = choose(plan, kernels, starts, keys, feeds, options.threads, {k: by_key[k].label for k in keys})
+    log = TuningLog(log_path)
+    for record in choice_records(plan, kernels, checked, by_key, options.threads, model_name):
+        log.append(record)
+    for c in checked:
+        if c.kept == "start":
+            kernels[c.key] = starts[c.key]
+    kept = sum(c.kept == "start" for c in checked)
+    say(f"in the model, {kept} of {len(checked)} tuned kernel(s) ran slower than their start: the start is kept")
+    return checked

@@ -36,7 +36,7 @@ def timestamp_seconds(ts: str) -> float:
 
 def is_trial(rec) -> bool:
     """A new candidate's measurement (see the module docstring)."""
-    return (not rec.confirmed and not rec.remeasured and bool(rec.decisions)
+    return (not rec.confirmed and not rec.remeasured and not rec.model_choice and bool(rec.decisions)
             and str(rec.error_kind) not in INVALID_KINDS)
 
 

@@ -308,6 +308,8 @@ class Tuner:
         """Read the log, open the study and the cost model, start the measurer's workers."""
         self.started = time.perf_counter()
         previous = self.log.for_workload(self.spec.key, self.target) if self.log is not None else []
+        # (a model's choice is timed inside a model, not as the search times kernels: not a trial)
+        previous = [r for r in previous if not r.model_choice]
         st = self.state = RunState(seen={decision_key(r.decisions) for r in previous})
         for r in previous:
             if r.ok and r.gflops:

@@ -25,7 +25,8 @@ def pretrain_from_log(model, log, exclude_key: str, target: dict, limit: int = 2
     want = target_key(target)[:2]
     by_workload: dict = {}
     for rec in reversed(log.read(warn=False).records):   # (the run already warned about skipped lines)
-        if rec.workload_key != exclude_key and target_key(rec.target)[:2] == want and rec.trace.get("instructions"):
+        if rec.workload_key != exclude_key and target_key(rec.target)[:2] == want and rec.trace.get("instructions") \
+                and not rec.model_choice:     # (timed inside a model, not as kernels are)
             by_workload.setdefault(rec.workload_key, []).append(rec)
     # round robin: every workload's newest record, then every workload's second newest, ...
     turns = sorted(((i, rec) for recs in by_workload.values() for i, rec in enumerate(recs)), key=lambda t: t[0])

@@ -125,6 +125,7 @@ def _in_model_check(plan, tasks, kernels: dict, starts: dict, feeds: dict, optio
     from .model_choice import choice_records, choose, differing
     keys = differing(plan, kernels, starts)
     if not keys:
+        say("in the model: every tuned task's best schedule is its start (nothing to weigh)")
         return []
     by_key = {t.spec.key: t for t in tasks}
     say(f"checking {len(keys)} tuned kernel(s) against their starts inside the model ...")
@@ -135,6 +136,6 @@ def _in_model_check(plan, tasks, kernels: dict, starts: dict, feeds: dict, optio
     for c in checked:
         if c.kept == "start":
             kernels[c.key] = starts[c.key]
-    kept = sum(c.kept == "start" for c in checked)
-    say(f"in the model, {kept} of {len(checked)} tuned kernel(s) ran slower than their start: the start is kept")
+    back = sum(c.kept == "start" for c in checked)
+    say(f"in the model: {len(checked) - back} tuned kernel(s) kept, {back} replaced by their start (faster there)")
     return checked

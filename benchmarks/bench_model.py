@@ -61,7 +61,7 @@ def bench(name: str, threads: int, rounds: int, log, layouts_ab: bool = False, b
           winograd_ab: bool = False) -> dict:
     import tests.onnx_models as models
     from tensorir.runtime import clear_cache
-    from tuner.compare import paired_speedup, side_by_side
+    from tuner.compare import side_by_side
     from tuner.model_api import compile_model, load
     model = getattr(models, name)()
     t0 = time.perf_counter()
@@ -119,26 +119,26 @@ def bench(name: str, threads: int, rounds: int, log, layouts_ab: bool = False, b
               f"{row['nhwc_ms'] / row['tt_ms']:.2f}x faster; raw ms: "
               f"{' '.join(f'{v * 1e3:.3f}' for v in res['tensortune-nhwc']['all'])}", file=log)
     if blocked_ab:
-        row["rowmajor_ms"] = res["tensortune-rowmajor"]["median"] * 1e3
-        row["blocked_vs_ort"] = paired_speedup(res, "tensortune", "onnxruntime")
-        row["rowmajor_vs_ort"] = paired_speedup(res, "tensortune-rowmajor", "onnxruntime")
-        row["blocked_vs_rowmajor"] = paired_speedup(res, "tensortune", "tensortune-rowmajor")
-        print(f"  every value row-major (blocked=False) {row['rowmajor_ms']:.2f} ms; paired speed-ups: blocked "
-              f"{row['blocked_vs_ort']:.3f}x onnxruntime, row-major {row['rowmajor_vs_ort']:.3f}x, blocked over "
-              f"row-major {row['blocked_vs_rowmajor']:.3f}x; raw ms: "
-              f"{' '.join(f'{v * 1e3:.3f}' for v in res['tensortune-rowmajor']['all'])}", file=log)
+        _ab(row, res, "rowmajor", "blocked", "every value row-major (blocked=False)", "blocked", "row-major", log)
     if winograd_ab:
-        row["direct_ms"] = res["tensortune-direct"]["median"] * 1e3
-        row["winograd_vs_ort"] = paired_speedup(res, "tensortune", "onnxruntime")
-        row["direct_vs_ort"] = paired_speedup(res, "tensortune-direct", "onnxruntime")
-        row["winograd_vs_direct"] = paired_speedup(res, "tensortune", "tensortune-direct")
-        print(f"  every conv direct (WINOGRAD=False) {row['direct_ms']:.2f} ms; paired speed-ups: default "
-              f"{row['winograd_vs_ort']:.3f}x onnxruntime, direct {row['direct_vs_ort']:.3f}x, default over direct "
-              f"{row['winograd_vs_direct']:.3f}x; raw ms: "
-              f"{' '.join(f'{v * 1e3:.3f}' for v in res['tensortune-direct']['all'])}", file=log)
+        _ab(row, res, "direct", "winograd", "every conv direct (WINOGRAD=False)", "default", "direct", log)
     print(f"  raw tensortune ms: {' '.join(f'{v * 1e3:.3f}' for v in row['tt_all'])}", file=log)
     print(f"  raw onnxruntime ms: {' '.join(f'{v * 1e3:.3f}' for v in row['ort_all'])}", file=log, flush=True)
     return row
+
+
+def _ab(row: dict, res: dict, other: str, ours: str, what: str, ours_text: str, other_text: str, log) -> None:
+    """Row fields and a line for an A/B: the ``tensortune-<other>`` build against the default one and
+    onnxruntime, paired speed-ups (the median of per-round ratios)."""
+    from tuner.compare import paired_speedup
+    row[f"{other}_ms"] = res[f"tensortune-{other}"]["median"] * 1e3
+    row[f"{ours}_vs_ort"] = paired_speedup(res, "tensortune", "onnxruntime")
+    row[f"{other}_vs_ort"] = paired_speedup(res, f"tensortune-{other}", "onnxruntime")
+    row[f"{ours}_vs_{other}"] = paired_speedup(res, "tensortune", f"tensortune-{other}")
+    print(f"  {what} {row[f'{other}_ms']:.2f} ms; paired speed-ups: {ours_text} {row[f'{ours}_vs_ort']:.3f}x "
+          f"onnxruntime, {other_text} {row[f'{other}_vs_ort']:.3f}x, {ours_text} over {other_text} "
+          f"{row[f'{ours}_vs_{other}']:.3f}x; raw ms: "
+          f"{' '.join(f'{v * 1e3:.3f}' for v in res[f'tensortune-{other}']['all'])}", file=log)
 
 
 def table(rows) -> str:

@@ -62,7 +62,7 @@ def test_two_workers_tune_different_tasks_of_one_model(model, database, tmp_path
     assert any(wa != wb for a in who for b in who if a != b for wa in who[a] for wb in who[b]), who
     # the workers' records landed in the run's log, each saying which task and which worker
     records = [json.loads(line) for line in log.read_text().splitlines()]
-    trials = [r for r in records if not r.get("remeasured") and not r.get("confirmed")
+    trials = [r for r in records if not r.get("remeasured") and not r.get("confirmed") and not r.get("model_choice")
               and r["meta"].get("origin") not in ("default", "ask")]
     assert len(trials) == 12
     assert {int(r["meta"]["worker"].split(":")[1]) for r in trials} == workers

@@ -40,6 +40,7 @@ class WinogradInfo:
     tiles: int             # T, tile rows
     tiles_q: int           # Tq, tiles per row
     K: int
+    C: int
 
 
 def find_winograd(g) -> dict:
@@ -74,7 +75,7 @@ def _match(g, st) -> WinogradInfo | None:
     pad = g.stage_of(feeds[0])
     if pad is not None and (pad.is_reduction or pad.is_output or len(g.consumers(pad)) != 1):
         return None
-    return WinogradInfo(st.name, v.name, pad.name if pad is not None else None, t, tq, k_)
+    return WinogradInfo(st.name, v.name, pad.name if pad is not None else None, t, tq, k_, v.shape[4] * v.shape[5])
 
 
 def _share(n: int, t: int) -> float:
@@ -110,7 +111,7 @@ def start_tasks(n: int, info: WinogradInfo, kblocks: int, kb: int, cores: int) -
     """``(rows, groups)``: tile rows per task, so that a task multiplies enough tiles by each row of ``U``
     it reads (ResNet's 256@14 at 1 thread: 1.81 ms with one row of 7 tiles per task, 1.07 ms with the
     plane's 49; decision 044), and groups of output channels, so that there are tasks for every core."""
-    u_bytes = 16 * info.K * info.K * 4     # (C is about K in the layers this serves; an estimate)
+    u_bytes = 16 * info.C * info.K * 4
     want = TASK_TILES if u_bytes <= BIG_U else TASK_TILES_BIG_U
     rows = min(info.tiles, -(-want // info.tiles_q))
     tasks = n * -(-info.tiles // rows)

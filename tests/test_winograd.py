@@ -83,7 +83,7 @@ def test_random_decisions_stay_exact():
 def test_rule_recognizes_the_pipeline_and_nothing_else():
     tensors = W.conv2d_winograd_nchwc(N=1, C=16, H=8, W=8, K=16, cb=16, kb=16)
     (info,) = find_winograd(Schedule(tensors).stage_graph()).values()
-    assert (info.tiles, info.tiles_q, info.K) == (4, 4, 16) and info.pad_stage == "Xpad"
+    assert (info.tiles, info.tiles_q, info.K, info.C) == (4, 4, 16, 16) and info.pad_stage == "Xpad"
     from tensorir import ops
     for other in (ops.conv2d(1, 16, 8, 8, 16, 3, 3, 1, 1), ops.batch_matmul(16, 8, 8, 8)):
         assert not find_winograd(Schedule(other).stage_graph())

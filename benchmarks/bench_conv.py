@@ -207,10 +207,9 @@ def layer_spec(workload: str, params: dict, form: str) -> WorkloadSpec:
         p = params
         out = ((p["H"] + 2 * p["pad"] - p["R"]) // p["stride"] + 1, (p["W"] + 2 * p["pad"] - p["S"]) // p["stride"] + 1)
         if winograd_shape_fits(p["C"], p["K"], (p["R"], p["S"]), p["stride"], p["pad"], p.get("dilation", 1), 1, out):
-            def block(n):
-                return next((b for b in (32, 16, 8) if n % b == 0), n)
             return WorkloadSpec("conv2d_winograd_nchwc", dict(N=p["N"], C=p["C"], H=p["H"], W=p["W"], K=p["K"],
-                                                              cb=block(p["C"]), kb=block(p["K"])))
+                                                              cb=channel_block(p["C"], (32, 16, 8)),
+                                                              kb=channel_block(p["K"], (32, 16, 8))))
     return blocked_spec(workload, params)
 
 
@@ -226,10 +225,13 @@ def conv_flops(spec: WorkloadSpec) -> int:
 
 def blocked_spec(workload: str, params: dict) -> WorkloadSpec:
     """The layer as ``conv2d_nchwc`` (blocks of 16 channels, else 8, else all of them)."""
-    def block(n):
-        return next((b for b in (16, 8) if n % b == 0), n)
     p = {k: v for k, v in params.items() if k != "dilation"}
-    return WorkloadSpec("conv2d_nchwc", {**p, "cb": block(p["C"]), "kb": block(p["K"])})
+    return WorkloadSpec("conv2d_nchwc", {**p, "cb": channel_block(p["C"]), "kb": channel_block(p["K"])})
+
+
+def channel_block(n: int, sizes: tuple = (16, 8)) -> int:
+    """The first of ``sizes`` that divides ``n`` channels, else ``n``."""
+    return next((b for b in sizes if n % b == 0), n)
 
 
 def compare_with_onnxruntime(spec: WorkloadSpec, trace: dict, threads: int, rounds: int = 5,

@@ -46,14 +46,15 @@ def _mentions(e, v) -> bool:
     return any(n == v for n in walk(e))
 
 
+def matching_stages(g, match) -> dict:
+    """``{stage name: match(g, stage)}`` for the stages of ``g`` where ``match`` answers (not None)."""
+    found = ((st.name, match(g, st)) for st in g.stages)
+    return {name: info for name, info in found if info is not None}
+
+
 def find_convs(g) -> dict:
     """``{anchor name: ConvInfo}`` for every convolution-shaped reduction of stage graph ``g``."""
-    out = {}
-    for st in g.stages:
-        info = _match(g, st)
-        if info is not None:
-            out[st.name] = info
-    return out
+    return matching_stages(g, _match)
 
 
 def _match(g, st) -> ConvInfo | None:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from tensorir.te import Reduce, TensorRead
 from tensorir.te.expr import Binary, BinOp
 
+from .conv_match import matching_stages
 from .tiling import fuse_loops, split_all
 
 QT_CHOICES = (1, 2, 3, 4, 5, 6, 7, 8, 12, 14, 16)   # register-tile tiles offered
@@ -47,12 +48,7 @@ def find_winograd(g) -> dict:
     """``{product stage name: WinogradInfo}`` for every Winograd product of stage graph ``g``: a sum over
     two reduce axes of ``V[n, e, ty, tx, co, ci] * U[e, co * cb + ci, k]``, shaped (N, 16, T, Tq, K), with
     ``V`` computed (not a reduction) from one tensor and shaped (N, 16, T, Tq, C/cb, cb)."""
-    out = {}
-    for st in g.stages:
-        info = _match(g, st)
-        if info is not None:
-            out[st.name] = info
-    return out
+    return matching_stages(g, _match)
 
 
 def _match(g, st) -> WinogradInfo | None:
@@ -86,8 +82,8 @@ def _share(n: int, t: int) -> float:
 def start_tile(tiles_q: int, k: int, lanes: int, registers: int) -> tuple:
     """``(kv, qt)``: accumulators ``qt * kv/lanes`` plus ``kv/lanes`` vectors of ``U`` filling the vector
     registers, the broadcast of ``V`` a memory operand of the FMAs (on AVX-512, 7 x 4 vectors ran
-    1.00 ms on ResNet's 64@56 layer, 14 x 2 vectors 1.07 ms, at 1 thread; decision 044); ties: more
-    vectors per broadcast."""
+    1.00 ms on ResNet's 64@56 layer, 14 x 2 vectors 1.07 ms, at 1 thread, in runs one after the other:
+    within noise, decision 044); ties: more vectors per broadcast."""
     best, best_score = (lanes, 1), -1.0
     for m in (1, 2, 3, 4):
         kv = m * lanes

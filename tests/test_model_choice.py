@@ -73,13 +73,14 @@ def test_check_keeps_the_faster_kernel_in_the_model_and_builds_use_it(tmp_path):
                             trace=trace, decisions=dict(src.decisions), costs=(1e-6,), flops=1, confirmed=True))
     tuned = build_kernels(plan, log=log.path, threads=1, choices=False)
     starts = build_kernels(plan, log=[], threads=1)
-    assert differing(plan, tuned, starts) == [lw.key]
+    start_of = differing(plan, tuned, starts)
+    assert list(start_of) == [lw.key] and start_of[lw.key][1] == start
     feeds = {"input": np.random.default_rng(0).standard_normal(graph.types["input"].shape).astype(np.float32)}
     (c,) = choose(plan, tuned, starts, [lw.key], feeds, 1, {lw.key: "task 0"}, rounds=3)
     assert c.kept in ("tuned", "start") and c.tuned_s > 0 and c.start_s > 0 and len(c.tuned_rounds) == 3
     assert (c.kept == "start") == (c.start_s < c.tuned_s * 0.97)
     by_key = {t.spec.key: t for t in tasks}
-    (rec,) = choice_records(plan, tuned, [c], by_key, 1, "m.onnx")
+    (rec,) = choice_records(tuned, [c], start_of, by_key, 1, "m.onnx")
     assert rec.model_choice and rec.meta["origin"] == "model:check" and len(rec.costs) == 3
     log.append(rec)
     clear_cache()

@@ -14,7 +14,6 @@ log as a ``model_choice`` record (its in-model seconds per occurrence as costs),
 """
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from dataclasses import dataclass
@@ -36,27 +35,25 @@ class Choice:
     start_rounds: tuple
 
 
-def differing(plan, tuned: dict, untuned: dict) -> list:
-    """Workload keys whose tuned kernel comes from a record and is not the heuristic start."""
-    from logs.apply import heuristic_schedule
-    from logs.verify import replay
-    out = []
+def differing(plan, tuned: dict, untuned: dict) -> dict:
+    """``{key: (start trace, start decisions)}`` for the workloads whose tuned kernel comes from a record
+    with other decisions than the heuristic start's (the start computed once, for the records too)."""
+    from schedules.decisions import FixedDecisions
+    from schedules.space import GeneratedSpace
+    out = {}
     for lw in plan.lowered:
         record = getattr(getattr(tuned.get(lw.key), "lookup", None), "record", None)
         if record is None or lw.key in out or lw.key not in untuned:
             continue
-        replayed = replay(lw.tensors, record)
         try:
-            start = heuristic_schedule(lw.tensors)
+            space = GeneratedSpace(lw.tensors)
+            decisions = space.default_decisions()
+            trace = space.apply(FixedDecisions(decisions)).to_json()
         except Exception:  # noqa: BLE001 - no start to weigh against: keep the tuned kernel
             continue
-        if replayed is None or _text(replayed) != _text(start):
-            out.append(lw.key)
+        if record.decisions != decisions:
+            out[lw.key] = (trace, decisions)
     return out
-
-
-def _text(schedule) -> str:
-    return json.dumps(schedule.to_json()["instructions"], sort_keys=True)
 
 
 def choose(plan, tuned: dict, untuned: dict, keys: list, feeds: dict, threads: int | None,
@@ -88,27 +85,22 @@ def choose(plan, tuned: dict, untuned: dict, keys: list, feeds: dict, threads: i
     return out
 
 
-def choice_records(plan, tuned: dict, choices: list, tasks_by_key: dict, threads: int | None,
+def choice_records(tuned: dict, choices: list, starts: dict, tasks_by_key: dict, threads: int | None,
                    model: str | None) -> list:
-    """The ``model_choice`` records of ``choices``: the kept schedule, its in-model seconds per occurrence."""
+    """The ``model_choice`` records of ``choices``: the kept schedule, its in-model seconds per occurrence
+    (``starts``: :func:`differing`'s start traces and decisions)."""
     from logs import TuningRecord
-    from logs.apply import current_target, heuristic_schedule
-    from schedules.space import GeneratedSpace
+    from logs.apply import current_target
     target = current_target(threads)
     out = []
     for c in choices:
-        lw = next(lw for lw in plan.lowered if lw.key == c.key)
         record = tuned[c.key].lookup.record
         task = tasks_by_key[c.key]
-        if c.kept == "tuned":
-            trace, decisions = dict(record.trace), dict(record.decisions)
-        else:
-            trace = heuristic_schedule(lw.tensors).to_json()
-            decisions = GeneratedSpace(lw.tensors).default_decisions()
+        trace, decisions = (record.trace, record.decisions) if c.kept == "tuned" else starts[c.key]
         rounds = c.tuned_rounds if c.kept == "tuned" else c.start_rounds
         out.append(TuningRecord(
             workload_key=c.key, workload_name=record.workload_name, workload_params=dict(record.workload_params),
-            target=target, trace=trace, decisions=decisions, costs=tuple(t / task.weight for t in rounds),
+            target=target, trace=dict(trace), decisions=dict(decisions), costs=tuple(t / task.weight for t in rounds),
             flops=record.flops, model_choice=True,
             meta={"origin": "model:check", "model": model, "task": task.index, "weight": task.weight,
                   "tuned_seconds": c.tuned_s / task.weight, "start_seconds": c.start_s / task.weight}))

@@ -123,7 +123,8 @@ def _in_model_check(plan, tasks, kernels: dict, starts: dict, feeds: dict, optio
     (``kernels`` updated in place) and log the choice; returns the :class:`~tuner.model_choice.Choice` list."""
     from logs import TuningLog
     from .model_choice import choice_records, choose, differing
-    keys = differing(plan, kernels, starts)
+    start_of = differing(plan, kernels, starts)
+    keys = list(start_of)
     if not keys:
         say("in the model: every tuned task's best schedule is its start (nothing to weigh)")
         return []
@@ -131,7 +132,7 @@ def _in_model_check(plan, tasks, kernels: dict, starts: dict, feeds: dict, optio
     say(f"checking {len(keys)} tuned kernel(s) against their starts inside the model ...")
     checked = choose(plan, kernels, starts, keys, feeds, options.threads, {k: by_key[k].label for k in keys})
     log = TuningLog(log_path)
-    for record in choice_records(plan, kernels, checked, by_key, options.threads, model_name):
+    for record in choice_records(kernels, checked, start_of, by_key, options.threads, model_name):
         log.append(record)
     for c in checked:
         if c.kept == "start":

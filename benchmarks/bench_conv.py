@@ -203,13 +203,14 @@ def layer_spec(workload: str, params: dict, form: str) -> WorkloadSpec:
     if workload != "conv2d" or form == "nchw":
         return WorkloadSpec(workload, params)
     if form == "model":
-        from graph.lower.linalg import winograd_shape_fits
+        from graph.lower.linalg import winograd_shape_fits, winograd_tile
         p = params
         out = ((p["H"] + 2 * p["pad"] - p["R"]) // p["stride"] + 1, (p["W"] + 2 * p["pad"] - p["S"]) // p["stride"] + 1)
         if winograd_shape_fits(p["C"], p["K"], (p["R"], p["S"]), p["stride"], p["pad"], p.get("dilation", 1), 1, out):
             return WorkloadSpec("conv2d_winograd_nchwc", dict(N=p["N"], C=p["C"], H=p["H"], W=p["W"], K=p["K"],
                                                               cb=channel_block(p["C"], (32, 16, 8)),
-                                                              kb=channel_block(p["K"], (32, 16, 8))))
+                                                              kb=channel_block(p["K"], (32, 16, 8)),
+                                                              tile=winograd_tile(out)))
     return blocked_spec(workload, params)
 
 
@@ -260,7 +261,7 @@ def compare_variants(spec: WorkloadSpec, traces: dict, threads: int, rounds: int
         params.update(R=3, S=3, stride=1, pad=1)
         w = (np.random.default_rng(1).standard_normal((params["K"], params["C"], 3, 3)) /
              math.sqrt(9 * params["C"])).astype(np.float32)
-        inputs = [inputs[0], winograd_weights(w)]
+        inputs = [inputs[0], winograd_weights(w, params.get("tile", 2))]
     sess = onnx_session("conv2d" if spec.name in BLOCKED_FORMS else spec.name, params, w, threads)
     feed = {"X": x}
     ref = sess.run(None, feed)[0]

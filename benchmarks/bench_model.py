@@ -1,7 +1,7 @@
 """Whole models, untuned (heuristic starts), against onnxruntime, side by side in one process.
 
     python benchmarks/bench_model.py [--models mlp,resnet18,mobilenet_block,bert_layer] [--threads 1,2]
-                                     [--rounds 5] [--layouts-ab] [--blocked-ab] [--winograd-ab]
+                                     [--rounds 5] [--layouts-ab] [--blocked-ab] [--winograd-ab] [--f4-ab]
                                      [--out FILE]
 
 For each model of ``tests/onnx_models.py`` (random weights, seeded):
@@ -21,7 +21,9 @@ For each model of ``tests/onnx_models.py`` (random weights, seeded):
   onnxruntime and of blocked over row-major (docs/decisions/035-blocked-activations-between-convs.md);
 - with ``--winograd-ab``, also the model compiled with every convolution direct
   (``graph.lower.linalg.WINOGRAD = False``), timed in the same rounds, and the paired speed-ups
-  (docs/decisions/044-winograd-3x3.md).
+  (docs/decisions/044-winograd-3x3.md);
+- with ``--f4-ab``, also the model compiled with F(2x2, 3x3) only (``graph.lower.linalg.WINOGRAD_F4 =
+  False``), timed in the same rounds, and the paired speed-ups (docs/decisions/046-winograd-f4x4.md).
 """
 from __future__ import annotations
 
@@ -58,7 +60,7 @@ def feeds_for(model, graph, seed: int = 0) -> dict:
 
 
 def bench(name: str, threads: int, rounds: int, log, layouts_ab: bool = False, blocked_ab: bool = False,
-          winograd_ab: bool = False) -> dict:
+          winograd_ab: bool = False, f4_ab: bool = False) -> dict:
     import tests.onnx_models as models
     from tensorir.runtime import clear_cache
     from tuner.compare import side_by_side
@@ -92,17 +94,14 @@ def bench(name: str, threads: int, rounds: int, log, layouts_ab: bool = False, b
             rowmajor = compile_model(graph, threads=threads, blocked=False)
         fns["tensortune-rowmajor"] = lambda: rowmajor.run(feeds)
     if winograd_ab:
-        from graph.lower import linalg
-        linalg.WINOGRAD = False
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                direct = compile_model(graph, threads=threads)
-        finally:
-            linalg.WINOGRAD = True
+        direct = _compiled_with(graph, threads, "WINOGRAD")
         fns["tensortune-direct"] = lambda: direct.run(feeds)
+    if f4_ab:
+        f2 = _compiled_with(graph, threads, "WINOGRAD_F4")
+        fns["tensortune-f2"] = lambda: f2.run(feeds)
     # many short rounds for the A/B: its paired ratios then see the host's slow spells on both sides
-    res = side_by_side(fns, rounds=rounds, min_repeat_ms=200, repeats_per_round=1 if blocked_ab or winograd_ab else 3)
+    ab = blocked_ab or winograd_ab or f4_ab
+    res = side_by_side(fns, rounds=rounds, min_repeat_ms=200, repeats_per_round=1 if ab else 3)
     info = compiled.info
     row = {"model": name, "threads": threads, "nodes": len(graph.nodes), "groups": info["groups"],
            "kernels": info["distinct_kernels"], "import_s": t1 - t0, "compile_s": t2 - t1, "ort_session_s": t3 - t2,
@@ -122,9 +121,25 @@ def bench(name: str, threads: int, rounds: int, log, layouts_ab: bool = False, b
         _ab(row, res, "rowmajor", "blocked", "every value row-major (blocked=False)", "blocked", "row-major", log)
     if winograd_ab:
         _ab(row, res, "direct", "winograd", "every conv direct (WINOGRAD=False)", "default", "direct", log)
+    if f4_ab:
+        _ab(row, res, "f2", "f4", "F(2x2, 3x3) only (WINOGRAD_F4=False)", "default", "F(2x2) only", log)
     print(f"  raw tensortune ms: {' '.join(f'{v * 1e3:.3f}' for v in row['tt_all'])}", file=log)
     print(f"  raw onnxruntime ms: {' '.join(f'{v * 1e3:.3f}' for v in row['ort_all'])}", file=log, flush=True)
     return row
+
+
+def _compiled_with(graph, threads: int, flag: str):
+    """The model compiled with ``graph.lower.linalg.<flag>`` off (restored after)."""
+    from graph.lower import linalg
+    from tuner.model_api import compile_model
+    saved = getattr(linalg, flag)
+    setattr(linalg, flag, False)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return compile_model(graph, threads=threads)
+    finally:
+        setattr(linalg, flag, saved)
 
 
 def _ab(row: dict, res: dict, other: str, ours: str, what: str, ours_text: str, other_text: str, log) -> None:
@@ -161,6 +176,8 @@ def main(argv=None) -> int:
                    help="also time the model with every value row-major (blocked=False)")
     p.add_argument("--winograd-ab", action="store_true",
                    help="also time the model with every convolution direct (no Winograd)")
+    p.add_argument("--f4-ab", action="store_true",
+                   help="also time the model with F(2x2, 3x3) only (no F(4x4, 3x3))")
     p.add_argument("--out", help="also write the raw output to FILE")
     args = p.parse_args(argv)
     import llvmlite.binding as llvm
@@ -169,7 +186,8 @@ def main(argv=None) -> int:
     rows = []
     for threads in [int(t) for t in args.threads.split(",")]:
         for name in args.models.split(","):
-            rows.append(bench(name, threads, args.rounds, log, args.layouts_ab, args.blocked_ab, args.winograd_ab))
+            rows.append(bench(name, threads, args.rounds, log, args.layouts_ab, args.blocked_ab, args.winograd_ab,
+                              args.f4_ab))
     text = table(rows)
     print(text, file=log)
     if log is not sys.stdout:

@@ -1,17 +1,17 @@
-"""The Winograd rule of the generated space: a F(2x2, 3x3) convolution (``tensorir/ops/winograd.py``)
+"""The Winograd rule of the generated space: a F(m x m, 3x3) convolution (``tensorir/ops/winograd.py``)
 computed one block of tile rows at a time, every stage of the block in cache.
 
 The workload's stages are the padded data ``D``, the transformed windows ``V``, the products ``M``
-(16 matrix products, tiles x C times C x K) and the output ``Y`` (the inverse transform, with any
+((m + 2)^2 matrix products, tiles x C times C x K) and the output ``Y`` (the inverse transform, with any
 elementwise epilogue inlined into it).  Computed stage after stage, ``V`` and ``M`` are 4x the data
 (3 MiB each for a 64-channel 56x56 layer) and pass through L3; per block of tile rows they stay in
 L1/L2 (one row of 28 tiles: 115 KiB), so the schedule is, per task:
 
 - ``D``'s rows the block reads (padding and any relayout, inlined into that copy), then ``V`` of the
-  block: the 16 positions of a tile unrolled (their sign patterns fold to additions), channels vectorized;
+  block: the (m + 2)^2 positions of a tile unrolled (each keeps only its taps), channels vectorized;
 - ``M`` of the block as register tiles of ``qt`` tiles x ``kv`` output channels (``kv`` a multiple of
   the vector), accumulated over the input channels; ``U``'s rows (C x kv) stream from L2;
-- ``Y``'s rows of the block, each 2x2 output from 16 products in registers, channels vectorized.
+- ``Y``'s rows of the block, each m x m output from its tile's products, channels vectorized.
 
 Decisions: ``<M>.kv``, ``<M>.qt`` (the register tile), ``<Y>.rows`` (tile rows per task; more rows
 read ``U`` once for more tiles), ``<Y>.kgroups`` (output channels split across tasks, for planes of
@@ -29,41 +29,45 @@ from .conv_match import matching_stages
 from .tiling import fuse_loops, split_all
 
 QT_CHOICES = (1, 2, 3, 4, 5, 6, 7, 8, 12, 14, 16)   # register-tile tiles offered
+POSITIONS = {(m + 2) ** 2: m for m in (2, 4)}       # transform positions -> output tile side
 ROW_CHOICES = (1, 2, 4, 7)                           # tile rows per task offered
 
 
 @dataclass(frozen=True)
 class WinogradInfo:
-    """A recognized F(2x2, 3x3) pipeline: the stage names and the sizes the rule tiles."""
-    product: str           # M (N, 16, T, Tq, K): the reduction over input channels
-    windows: str           # V (N, 16, T, Tq, C/cb, cb)
+    """A recognized F(m x m, 3x3) pipeline: the stage names and the sizes the rule tiles."""
+    product: str           # M (N, (m + 2)^2, T, Tq, K): the reduction over input channels
+    windows: str           # V (N, (m + 2)^2, T, Tq, C/cb, cb)
     pad_stage: str | None  # D, the padded data V reads (None: a placeholder)
     tiles: int             # T, tile rows
     tiles_q: int           # Tq, tiles per row
     K: int
     C: int
+    tile: int = 2          # m, outputs per tile side
 
 
 def find_winograd(g) -> dict:
     """``{product stage name: WinogradInfo}`` for every Winograd product of stage graph ``g``: a sum over
-    two reduce axes of ``V[n, e, ty, tx, co, ci] * U[e, co * cb + ci, k]``, shaped (N, 16, T, Tq, K), with
-    ``V`` computed (not a reduction) from one tensor and shaped (N, 16, T, Tq, C/cb, cb)."""
+    two reduce axes of ``V[n, e, ty, tx, co, ci] * U[e, co * cb + ci, k]``, shaped (N, E, T, Tq, K) with E
+    (m + 2)^2 for an offered tile m, with ``V`` computed (not a reduction) from one tensor and shaped
+    (N, E, T, Tq, C/cb, cb)."""
     return matching_stages(g, _match)
 
 
 def _match(g, st) -> WinogradInfo | None:
     body = st.body
-    if not isinstance(body, Reduce) or body.reducer.value != "sum" or len(st.shape) != 5 or st.shape[1] != 16:
+    if not isinstance(body, Reduce) or body.reducer.value != "sum" or len(st.shape) != 5 \
+            or st.shape[1] not in POSITIONS:
         return None
     src = body.source
     if not (isinstance(src, Binary) and src.op is BinOp.MUL and isinstance(src.a, TensorRead)
             and isinstance(src.b, TensorRead)) or len(body.axes) != 2:
         return None
     v, u = g.stage_of(src.a.tensor), src.b.tensor
-    n_, _, t, tq, k_ = st.shape
-    if v is None or v.is_reduction or v.is_output or len(v.shape) != 6 or tuple(v.shape[:4]) != (n_, 16, t, tq):
+    n_, e_, t, tq, k_ = st.shape
+    if v is None or v.is_reduction or v.is_output or len(v.shape) != 6 or tuple(v.shape[:4]) != (n_, e_, t, tq):
         return None
-    if tuple(u.shape) != (16, v.shape[4] * v.shape[5], k_):
+    if tuple(u.shape) != (e_, v.shape[4] * v.shape[5], k_):
         return None
     feeds = v.read_tensors()
     if len(feeds) != 1:
@@ -71,7 +75,8 @@ def _match(g, st) -> WinogradInfo | None:
     pad = g.stage_of(feeds[0])
     if pad is not None and (pad.is_reduction or pad.is_output or len(g.consumers(pad)) != 1):
         return None
-    return WinogradInfo(st.name, v.name, pad.name if pad is not None else None, t, tq, k_, v.shape[4] * v.shape[5])
+    return WinogradInfo(st.name, v.name, pad.name if pad is not None else None, t, tq, k_, v.shape[4] * v.shape[5],
+                        POSITIONS[e_])
 
 
 def _share(n: int, t: int) -> float:
@@ -106,9 +111,12 @@ BIG_U = 1 << 20            # bytes of U past which a task takes more tiles
 def start_tasks(n: int, info: WinogradInfo, kblocks: int, kb: int, cores: int) -> tuple:
     """``(rows, groups)``: tile rows per task, so that a task multiplies enough tiles by each row of ``U``
     it reads (ResNet's 256@14 at 1 thread: 1.81 ms with one row of 7 tiles per task, 1.07 ms with the
-    plane's 49; decision 044), and groups of output channels, so that there are tasks for every core."""
-    u_bytes = 16 * info.C * info.K * 4
-    want = TASK_TILES if u_bytes <= BIG_U else TASK_TILES_BIG_U
+    plane's 49; decision 044), and groups of output channels, so that there are tasks for every core.
+    F(4x4, 3x3) keeps 28 tiles per task however large ``U``: each group of output channels transforms the
+    task's windows again, and its 36-position transform is costly (128@28: 49 tiles in two groups ran
+    1.4x slower than 28 tiles in one, at 1 and 2 threads; decision 046)."""
+    u_bytes = (info.tile + 2) ** 2 * info.C * info.K * 4
+    want = TASK_TILES if u_bytes <= BIG_U or info.tile == 4 else TASK_TILES_BIG_U
     rows = min(info.tiles, -(-want // info.tiles_q))
     tasks = n * -(-info.tiles // rows)
     groups = 1
@@ -116,6 +124,8 @@ def start_tasks(n: int, info: WinogradInfo, kblocks: int, kb: int, cores: int) -
         if tasks * groups >= cores or kblocks % g or (kblocks // g) * kb < 32:
             break
         groups = g
+    if tasks * groups < cores:       # no channel groups to split: fewer rows per task instead
+        rows = -(-info.tiles // -(-cores // (n * groups)))
     return rows, groups
 
 
@@ -128,7 +138,8 @@ def tile_winograd(space, s, src, info: WinogradInfo):
         return s, set()
     out = cons[0].name
     n_, kblocks, p_, q_, kb = cons[0].shape
-    if -(-p_ // 2) != info.tiles or -(-q_ // 2) != info.tiles_q:
+    m = info.tile
+    if -(-p_ // m) != info.tiles or -(-q_ // m) != info.tiles_q:
         return s, set()
     dtype = cons[0].dtype
     lanes, regs = space.lanes(dtype), space.registers
@@ -144,10 +155,10 @@ def tile_winograd(space, s, src, info: WinogradInfo):
     src.hint(f"{out}.kgroups", groups0)
     groups = src.choose(f"{out}.kgroups", [g for g in (1, 2, 4, 8) if kblocks % g == 0])
 
-    # the output: tasks of ``rows`` tile rows x a group of output-channel blocks; inside, each 2x2
+    # the output: tasks of ``rows`` tile rows x a group of output-channel blocks; inside, each m x m
     # output unrolled, channels vectorized
     n_l, k_l, p_l, q_l, v_l = s.loops(out)
-    s, (p0, q0), (p1, q1) = split_all(s, [p_l, q_l], [2, 2])
+    s, (p0, q0), (p1, q1) = split_all(s, [p_l, q_l], [m, m])
     s, (pr, kg), (pw, kw) = split_all(s, [p0, k_l], [rows, kblocks // groups])
     s = s.reorder(n_l, pr, kg, kw, pw, q0, p1, q1, v_l)
     s, task = fuse_loops(s, [n_l, pr, kg])
@@ -164,7 +175,7 @@ def tile_winograd(space, s, src, info: WinogradInfo):
         s = s.unroll(tx1)
     s = s.vectorize(k1)
 
-    # the transformed windows of the task's tiles: a tile's 16 positions unrolled, channels vectorized
+    # the transformed windows of the task's tiles: a tile's positions unrolled, channels vectorized
     s = s.compute_at(info.windows, task)
     v_n, v_e, v_ty, v_tx, v_co, v_ci = s.loops(info.windows)
     s = s.reorder(v_n, v_ty, v_tx, v_co, v_e, v_ci).unroll(v_e).vectorize(v_ci)

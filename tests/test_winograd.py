@@ -1,4 +1,4 @@
-"""Winograd F(2x2, 3x3) convolutions: the transforms against a direct convolution in numpy, the
+"""Winograd F(2x2, 3x3) and F(4x4, 3x3) convolutions: the transforms against a direct convolution in numpy, the
 built-in's kernels under the space's decisions (odd sizes, edge tiles, channel blocks that are not
 vectors), and models whose 3x3 convolutions the graph level computes this way, against onnxruntime."""
 import numpy as np
@@ -26,28 +26,31 @@ def direct_conv(x, w):
     return y
 
 
-@settings(max_examples=25, deadline=None)
-@given(n=st.integers(1, 2), c=st.integers(1, 9), k=st.integers(1, 9), h=st.integers(1, 9), wd=st.integers(1, 9))
-def test_transforms_compute_the_direct_convolution(n, c, k, h, wd):
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 2), c=st.integers(1, 9), k=st.integers(1, 9), h=st.integers(1, 11), wd=st.integers(1, 11),
+       m=st.sampled_from(W.TILES))
+def test_transforms_compute_the_direct_convolution(n, c, k, h, wd, m):
     rng = np.random.default_rng(n * 1000 + c * 100 + k * 10 + h + wd)
     x = rng.standard_normal((n, c, h, wd)).astype(np.float32)
     w = rng.standard_normal((k, c, 3, 3)).astype(np.float32)
-    got = unpack_nchwc(W.reference(pack_nchwc(x, c), W.winograd_weights(w), k))
+    got = unpack_nchwc(W.reference(pack_nchwc(x, c), W.winograd_weights(w, m), k))
     want = direct_conv(x, w)
     assert np.abs(got - want).max() <= 1e-5 * max(1.0, np.abs(want).max())
 
 
-def _inputs(n, c, h, wd, k, cb, seed=0):
+def _inputs(n, c, h, wd, k, cb, seed=0, m=2):
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((n, c, h, wd)).astype(np.float32)
     w = rng.standard_normal((k, c, 3, 3)).astype(np.float32)
-    return x, w, pack_nchwc(x, cb), W.winograd_weights(w)
+    return x, w, pack_nchwc(x, cb), W.winograd_weights(w, m)
 
 
 @pytest.mark.parametrize("shape", [
     dict(N=1, C=16, H=15, W=15, K=32, cb=16, kb=16),     # odd sides: a last tile half outside
     dict(N=2, C=12, H=9, W=14, K=20, cb=12, kb=10),      # blocks that are not vectors, two images
     dict(N=1, C=32, H=28, W=28, K=64, cb=32, kb=32),     # a layer's shape: full register tiles
+    dict(N=1, C=16, H=17, W=22, K=32, cb=16, kb=16, tile=4),   # F(4x4): last tiles 1 and 2 wide
+    dict(N=2, C=24, H=9, W=7, K=40, cb=8, kb=8, tile=4),       # F(4x4): small blocks, two images
 ])
 def test_heuristic_kernel_matches_numpy(shape):
     tensors = W.conv2d_winograd_nchwc(**shape)
@@ -55,19 +58,21 @@ def test_heuristic_kernel_matches_numpy(shape):
     decisions = space.default_decisions()
     assert any(name.endswith(".kv") for name in decisions)       # the Winograd rule scheduled it
     kernel = build(space.apply(FixedDecisions(decisions)).lower())
-    x, w, xb, u = _inputs(shape["N"], shape["C"], shape["H"], shape["W"], shape["K"], shape["cb"])
+    x, w, xb, u = _inputs(shape["N"], shape["C"], shape["H"], shape["W"], shape["K"], shape["cb"],
+                          m=shape.get("tile", 2))
     y = np.empty(tensors[-1].shape, np.float32)
     kernel(xb, u, y)
     want = direct_conv(x, w)
     assert np.abs(unpack_nchwc(y) - want).max() <= 1e-5 * np.abs(want).max()
 
 
-def test_random_decisions_stay_exact():
+@pytest.mark.parametrize("m", W.TILES)
+def test_random_decisions_stay_exact(m):
     """Register tiles that do not divide the tiles or channels, row blocks past the plane, channel groups."""
-    shape = dict(N=1, C=24, H=13, W=11, K=48, cb=8, kb=16)
+    shape = dict(N=1, C=24, H=13, W=11, K=48, cb=8, kb=16, tile=m)
     tensors = W.conv2d_winograd_nchwc(**shape)
     space = GeneratedSpace(tensors)
-    x, w, xb, u = _inputs(1, 24, 13, 11, 48, 8, seed=3)
+    x, w, xb, u = _inputs(1, 24, 13, 11, 48, 8, seed=3, m=m)
     want = direct_conv(x, w)
     seen = set()
     for seed in range(8):
@@ -83,7 +88,10 @@ def test_random_decisions_stay_exact():
 def test_rule_recognizes_the_pipeline_and_nothing_else():
     tensors = W.conv2d_winograd_nchwc(N=1, C=16, H=8, W=8, K=16, cb=16, kb=16)
     (info,) = find_winograd(Schedule(tensors).stage_graph()).values()
-    assert (info.tiles, info.tiles_q, info.K, info.C) == (4, 4, 16, 16) and info.pad_stage == "Xpad"
+    assert (info.tiles, info.tiles_q, info.K, info.C, info.tile) == (4, 4, 16, 16, 2) and info.pad_stage == "Xpad"
+    tensors = W.conv2d_winograd_nchwc(N=1, C=16, H=9, W=8, K=16, cb=16, kb=16, tile=4)
+    (info,) = find_winograd(Schedule(tensors).stage_graph()).values()
+    assert (info.tiles, info.tiles_q, info.tile) == (3, 2, 4)
     from tensorir import ops
     for other in (ops.conv2d(1, 16, 8, 8, 16, 3, 3, 1, 1), ops.batch_matmul(16, 8, 8, 8)):
         assert not find_winograd(Schedule(other).stage_graph())
@@ -100,6 +108,10 @@ def test_bad_arguments_are_one_line_errors():
         W.winograd_weights(np.zeros((4, 4, 5, 5), np.float32))
     with pytest.raises(ValueError, match="C=10 must be a multiple of its block cb=4"):
         W.conv2d_winograd_nchwc(1, 10, 8, 8, 8, cb=4, kb=8)
+    with pytest.raises(ValueError, match="tile=3 is not offered; use one of 2, 4"):
+        W.conv2d_winograd_nchwc(1, 8, 8, 8, 8, cb=8, kb=8, tile=3)
+    with pytest.raises(ValueError, match="tile=6 is not offered"):
+        W.winograd_weights(np.zeros((4, 4, 3, 3), np.float32), 6)
 
 
 # ------------------------------------------------------------------ models
@@ -111,9 +123,11 @@ from tuner.model_api import load  # noqa: E402
 from tuner.model_compile import plan_graph  # noqa: E402
 
 
-def _winograd_groups(model) -> int:
+def _winograd_groups(model, positions=(16, 36)) -> int:
+    """Groups with a Winograd product of ``positions`` (16: F(2x2, 3x3), 36: F(4x4, 3x3))."""
     plan = plan_graph(load(model))
-    return sum(any(t.name.endswith("_wino_prod") for t in _stages(lw.tensors[-1])) for lw in plan.lowered)
+    return sum(any(t.name.endswith("_wino_prod") and t.shape[1] in positions for t in _stages(lw.tensors[-1]))
+               for lw in plan.lowered)
 
 
 def _stages(t, seen=None):
@@ -137,7 +151,7 @@ def test_residual_blocks_by_winograd_match_onnxruntime():
     d = n.conv(c, 16, 40, 3, stride=2, pads=(1, 1, 1, 1))          # stride 2: direct
     e = n.op("Relu", [n.conv(d, 40, 40, 3, pads=(1, 1, 1, 1))])     # 9x8 outputs, 20 tiles: direct
     model = n.model([n.op("GlobalAveragePool", [n.op("Add", [e, d])]), c])
-    assert _winograd_groups(model) == 2
+    assert _winograd_groups(model, (16,)) == 2
     _check(model)
     _check(model, threads=2)
 
@@ -146,5 +160,17 @@ def test_wide_plane_with_many_channel_blocks_matches_onnxruntime():
     n = Net([1, 64, 29, 30])
     a = n.op("Relu", [n.conv("x", 64, 96, 3, pads=(1, 1, 1, 1))])   # read by a conv: blocked
     model = n.model([n.conv(a, 96, 8, 1)])
-    assert _winograd_groups(model) == 1
+    assert _winograd_groups(model, (36,)) == 1
+    _check(model, threads=2)
+
+
+def test_f4_residual_block_matches_onnxruntime():
+    """A 21x19 plane (6x5 tiles of 4x4, the last ones partly outside): both 3x3 convs by F(4x4, 3x3), the
+    second with the residual sum and ReLU in its output transform; the output read row-major."""
+    n = Net([1, 32, 21, 19])
+    a = n.op("Relu", [n.conv("x", 32, 32, 3, pads=(1, 1, 1, 1))])
+    b = n.op("Relu", [n.op("Add", [n.conv(a, 32, 32, 3, pads=(1, 1, 1, 1)), "x"])])
+    model = n.model([n.conv(b, 32, 16, 1)])
+    assert _winograd_groups(model, (36,)) == 2
+    _check(model)
     _check(model, threads=2)

@@ -358,6 +358,10 @@ class FunctionGen(Addressing, ParallelRegions, Safety):
             return self.select(e.a, e.b, false) if op is BinOp.AND else self.select(e.a, true, e.b)
         a, b = self.unify(self.expr(e.a), self.expr(e.b))
         bld, is_float = self.b, e.a.dtype in FLOAT_DTYPES
+        if not is_float:
+            folded = _fold_index(op, a, b)
+            if folded is not None:
+                return folded
         if op in COMPARE_OPS:
             if not is_float:
                 return bld.icmp_signed(_ICMP[op], a, b)
@@ -460,6 +464,8 @@ class FunctionGen(Addressing, ParallelRegions, Safety):
         lazy_t, lazy_f = self.mod.unsafe(t_e), self.mod.unsafe(f_e)
         if isinstance(cond.type, ir.VectorType):
             return self.vec.masked_select(cond, t_e, f_e, lazy_t, lazy_f)
+        if is_scalar_const(cond):       # unrolled index math: only the taken branch is code
+            return self.expr(t_e if cond.constant else f_e)
         if not (lazy_t or lazy_f):
             t, f = self.unify(self.expr(t_e), self.expr(f_e))
             return self.b.select(cond, t, f)
@@ -485,6 +491,27 @@ class FunctionGen(Addressing, ParallelRegions, Safety):
         phi.add_incoming(t, t_end)
         phi.add_incoming(f, f_end)
         return phi
+
+
+_PY_COMPARE = {BinOp.LT: lambda x, y: x < y, BinOp.LE: lambda x, y: x <= y, BinOp.GT: lambda x, y: x > y,
+               BinOp.GE: lambda x, y: x >= y, BinOp.EQ: lambda x, y: x == y, BinOp.NE: lambda x, y: x != y}
+
+
+def _fold_index(op, a, b):
+    """Fold comparisons, min/max, floor division, modulo and logic of two scalar integer constants,
+    so that selects on unrolled indices (a transform's taps) become code of their taken branch only."""
+    if not (is_scalar_const(a) and is_scalar_const(b)):
+        return None
+    x, y = int(a.constant), int(b.constant)
+    if op in _PY_COMPARE:
+        return ir.Constant(ir.IntType(1), int(_PY_COMPARE[op](x, y)))
+    if op in (BinOp.AND, BinOp.OR):
+        return ir.Constant(a.type, int(x and y) if op is BinOp.AND else int(x or y))
+    if op in (BinOp.MIN, BinOp.MAX):
+        return ir.Constant(a.type, min(x, y) if op is BinOp.MIN else max(x, y))
+    if op in (BinOp.FLOORDIV, BinOp.MOD) and y != 0:
+        return ir.Constant(a.type, x // y if op is BinOp.FLOORDIV else x % y)
+    return None
 
 
 def _fold_int(op, a, b):

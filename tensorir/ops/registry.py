@@ -361,12 +361,13 @@ def _winograd_flops(**params):
 
 
 register(Workload(
-    "conv2d_winograd_nchwc", "3x3 convolution (stride 1, padding 1) by Winograd F(2x2, 3x3) on blocked layouts: "
-    "data (N, C/cb, H, W, cb), transformed weights (16, C, K)",
+    "conv2d_winograd_nchwc", "3x3 convolution (stride 1, padding 1) by Winograd F(m x m, 3x3), m = tile, on "
+    "blocked layouts: data (N, C/cb, H, W, cb), transformed weights ((tile + 2)^2, C, K)",
     _sizes("N", "C", "H", "W", "K", N=1, C=64, H=56, W=56, K=64)
-    + (Param("cb", int, 16, "input channels per block"), Param("kb", int, 16, "output channels per block"), _DTYPE),
+    + (Param("cb", int, 16, "input channels per block"), Param("kb", int, 16, "output channels per block"), _DTYPE,
+       Param("tile", int, 2, "outputs per tile side: 2 or 4")),
     wino.conv2d_winograd_nchwc, _winograd_flops,
-    lambda inputs, N, C, H, W, K, cb, kb, dtype: [wino.reference(inputs[0], inputs[1], kb)]))
+    lambda inputs, N, C, H, W, K, cb, kb, dtype, tile: [wino.reference(inputs[0], inputs[1], kb)]))
 
 register(Workload(
     "depthwise_conv2d", "depthwise 2-d convolution, NCHW data, weights (C, 1, R, S)",

@@ -134,7 +134,9 @@ class Stage:
         return [n for n in self.root if self.loops[n].kind is AxisKind.SPATIAL]
 
     def reads(self) -> list:
-        return [n for n in walk(self.body) if isinstance(n, TensorRead)]
+        """The distinct tensor reads of the body, in order (a transform's branches repeat the same reads
+        hundreds of times; bounds inference and the rules need each once)."""
+        return list(dict.fromkeys(n for n in walk(self.body) if isinstance(n, TensorRead)))
 
     def read_tensors(self) -> list:
         if self.read_cache is None or self.read_cache[0] is not self.body:   # bodies are immutable

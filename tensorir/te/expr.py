@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 DTYPES = ("float32", "float64", "int32", "bool")
 FLOAT_DTYPES = ("float32", "float64")
@@ -71,6 +71,22 @@ class Expr:
     """Base class of every scalar expression node (operators build new nodes)."""
 
     __slots__ = ()
+
+    def _key(self) -> tuple:  # pragma: no cover - overridden by the nodes that cache their hash
+        raise NotImplementedError
+
+    def _cached_hash(self) -> int:
+        """The hash of a node's fields, computed once: a tree's nodes are hashed again and again by the
+        simplifier's and code generation's caches, and a dataclass hash walks the whole subtree each time."""
+        h = self._hash
+        if h is None:
+            h = hash(self._key())
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def _rebuild(self):
+        """Pickle by the fields alone: a cached hash of strings is only valid in the process that made it."""
+        return type(self), self._key()
 
     @property
     def dtype(self) -> str:  # pragma: no cover - overridden
@@ -139,6 +155,14 @@ class Binary(Expr):
     a: Expr
     b: Expr
 
+    _hash: object = field(default=None, init=False, repr=False, compare=False)
+
+    def _key(self):
+        return (self.op, self.a, self.b,)
+
+    __hash__ = Expr._cached_hash
+    __reduce__ = Expr._rebuild
+
     @property
     def dtype(self) -> str:
         if self.op in COMPARE_OPS or self.op in LOGIC_OPS:
@@ -153,6 +177,14 @@ class Binary(Expr):
 class Unary(Expr):
     op: UnOp
     a: Expr
+
+    _hash: object = field(default=None, init=False, repr=False, compare=False)
+
+    def _key(self):
+        return (self.op, self.a,)
+
+    __hash__ = Expr._cached_hash
+    __reduce__ = Expr._rebuild
 
     @property
     def dtype(self) -> str:
@@ -169,6 +201,14 @@ class Select(Expr):
     t: Expr
     f: Expr
 
+    _hash: object = field(default=None, init=False, repr=False, compare=False)
+
+    def _key(self):
+        return (self.cond, self.t, self.f,)
+
+    __hash__ = Expr._cached_hash
+    __reduce__ = Expr._rebuild
+
     @property
     def dtype(self) -> str:
         return self.t.dtype
@@ -181,6 +221,14 @@ class Select(Expr):
 class Cast(Expr):
     to: str
     a: Expr
+
+    _hash: object = field(default=None, init=False, repr=False, compare=False)
+
+    def _key(self):
+        return (self.to, self.a,)
+
+    __hash__ = Expr._cached_hash
+    __reduce__ = Expr._rebuild
 
     @property
     def dtype(self) -> str:

@@ -113,6 +113,14 @@ class TensorRead(Expr):
     tensor: "Tensor"
     indices: tuple
 
+    _hash: object = field(default=None, init=False, repr=False, compare=False)
+
+    def _key(self):
+        return (self.tensor, self.indices,)
+
+    __hash__ = Expr._cached_hash
+    __reduce__ = Expr._rebuild
+
     @property
     def dtype(self) -> str:
         return self.tensor.dtype

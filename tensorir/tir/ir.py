@@ -8,7 +8,7 @@ guards.  Buffers are dense, row-major, and indexed with one index per dimension.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tensorir.te.expr import Expr, Var, expr_str, itemsize
 
@@ -42,6 +42,14 @@ class Buffer:
 class Load(Expr):
     buffer: Buffer
     indices: tuple
+
+    _hash: object = field(default=None, init=False, repr=False, compare=False)
+
+    def _key(self):
+        return (self.buffer, self.indices,)
+
+    __hash__ = Expr._cached_hash
+    __reduce__ = Expr._rebuild
 
     @property
     def dtype(self) -> str:

@@ -10,6 +10,7 @@ Comparisons that the ranges decide fold to constants, which removes guards.
 from __future__ import annotations
 
 import math
+from dataclasses import fields
 
 from tensorir.te.expr import Binary, BinOp, Cast, Const, Expr, Select, Unary, UnOp, Var, const
 from tensorir.tir.analysis.affine import Affine, affine
@@ -66,7 +67,7 @@ class Simplifier:
             idx = tuple(self.visit(i) for i in e.indices)
             if idx == e.indices:
                 return e
-            return type(e)(*(idx if f == "indices" else getattr(e, f) for f in e.__dataclass_fields__))
+            return type(e)(*(idx if f.name == "indices" else getattr(e, f.name) for f in fields(e) if f.init))
         return e
 
     def _linear(self, e: Expr) -> Affine:

@@ -723,3 +723,47 @@ def test_llvm_ir_is_the_same_in_every_process():
     runs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                            env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in (0, 1, 2)}
     assert len(runs) == 1, runs
+
+
+def test_selects_on_unrolled_indices_keep_only_the_taken_branch():
+    """A transform's taps picked by an unrolled position: each copy of the body is the code of its own
+    branch (no select, no compare), and the result is numpy's."""
+    from schedules import Schedule
+    from tensorir import te
+    A = te.placeholder((6, 16), "float32", "A")
+
+    def body(i, j):
+        two, one = te.const(2.0, "float32"), te.const(1.0, "float32")
+        coef = te.if_then_else(te.equal(i, 5), te.const(3.0, "float32"), one)      # no load: not lazy
+        return coef * te.if_then_else(te.equal(i // 2, 0), A[i, j] * two,
+                                      te.if_then_else(te.equal(te.min(i % 3, 1), 1), A[i, j] + one, A[i, j] - one))
+    B = te.compute((6, 16), body, "B")
+    s = Schedule([A, B]).unroll("B.i").vectorize("B.j")
+    text = str(codegen(s.lower()))
+    assert "select" not in text and "icmp" not in text and "fcmp" not in text
+    a = rng.standard_normal((6, 16)).astype(np.float32)
+    out = np.empty_like(a)
+    build(s.lower())(a, out)
+    want = np.where((np.arange(6) // 2 == 0)[:, None], a * 2,
+                    np.where((np.minimum(np.arange(6) % 3, 1) == 1)[:, None], a + 1, a - 1))
+    want[5] *= 3
+    np.testing.assert_array_equal(out, want)
+
+
+def test_expression_hashes_are_not_carried_across_processes():
+    """Nodes cache their hash; a pickled node must hash as an equal node made in the loading process
+    (string hashes differ per process), or a cache keyed by it would miss or mix entries."""
+    import pickle
+    import subprocess
+    import sys
+    from tensorir.te.expr import Select, const
+    e = Select(Binary(BinOp.LT, Var("row"), const(3)), Binary(BinOp.ADD, Var("col"), const(1)), Var("row"))
+    hash(e)                                  # cached in this process
+    code = ("import pickle, sys\nfrom tensorir.te.expr import Select, Binary, BinOp, Var, const\n"
+            "e = pickle.loads(sys.stdin.buffer.read())\n"
+            "f = Select(Binary(BinOp.LT, Var('row'), const(3)), Binary(BinOp.ADD, Var('col'), const(1)), Var('row'))\n"
+            "assert e == f and hash(e) == hash(f) and {f: 1}[e] == 1\n")
+    for seed in ("1", "2"):
+        run = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(e), capture_output=True,
+                             env={**__import__("os").environ, "PYTHONHASHSEED": seed})
+        assert run.returncode == 0, run.stderr.decode()

@@ -374,7 +374,7 @@ def main(argv=None) -> int:
                     help="nchw: tune the NCHW conv2d (data packed in the kernel, per call); "
                          "nchwc: tune conv2d_nchwc (blocked data in and out, weights prepacked as the graph "
                          "level packs constant weights; depthwise layers stay NCHW); model: the form a model "
-                         "build computes the layer in (Winograd F(2x2, 3x3) where the graph level uses it, "
+                         "build computes the layer in (Winograd F(2x2, 3x3) or F(4x4, 3x3) where the graph level uses it, "
                          "else nchwc; its GFLOP/s direct-equivalent)")
     ap.add_argument("--heuristic", action="store_true", help="no search: time the space's first trial")
     ap.add_argument("--pack-per-call", action="store_true",

@@ -26,7 +26,7 @@ from schedules.decisions import FixedDecisions  # noqa: E402
 from schedules.space import GeneratedSpace  # noqa: E402
 from tensorir.ops import winograd as W  # noqa: E402
 from tensorir.ops.library import pack_nchwc  # noqa: E402
-from tensorir.runtime import build  # noqa: E402
+from tensorir.runtime import build, clear_cache  # noqa: E402
 from tuner.compare import paired_speedup, side_by_side  # noqa: E402
 
 SHAPES = "64x64x56,128x128x28,256x256x14,96x96x20,48x48x17,24x40x45,32x32x112,256x256x28"
@@ -44,6 +44,7 @@ def kernels(c: int, k: int, h: int, block: int, threads: int) -> dict:
     for m in W.TILES:
         tensors = W.conv2d_winograd_nchwc(1, c, h, h, k, cb, kb, tile=m)
         space = GeneratedSpace(tensors)
+        clear_cache()                 # a cold compile at every thread count
         t0 = time.perf_counter()
         kernel = build(space.apply(FixedDecisions(space.default_decisions())).lower())
         compile_s = time.perf_counter() - t0

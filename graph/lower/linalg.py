@@ -151,7 +151,7 @@ def _conv_blocked(ctx, node, x, weights, shape, dtype):
     return _blocked_val(ctx, node, te.compute((n_, k_ // kb, p_, q_, kb), f, ctx.name("conv")), dtype, shape)
 
 
-WINOGRAD = True            # 3x3 stride-1 convs of enough tiles by F(2x2, 3x3) (False: all direct)
+WINOGRAD = True            # 3x3 stride-1 convs of enough tiles by Winograd (False: all direct)
 WINOGRAD_MIN_TILES = 49    # 2x2 output tiles (a 13x13 output or larger)
 WINOGRAD_MIN_CHANNELS = 16
 WINOGRAD_F4 = True         # by F(4x4, 3x3) where it has enough tiles (False: F(2x2, 3x3) only)
@@ -182,8 +182,8 @@ def winograd_shape_fits(c: int, k: int, window: tuple, stride: int, pad: int, di
 
 def winograd_tile(out_hw: tuple) -> int:
     """The output tile side for a conv :func:`winograd_shape_fits` accepts: 4 where the output has at least
-    25 tiles of 4x4 (F(4x4, 3x3) ran 1.2-2.0x faster than F(2x2, 3x3) on such layers of 24 to 256
-    channels, and 0.86-0.89x at 14x14, 16 tiles; decision 046), else 2."""
+    25 tiles of 4x4 (F(4x4, 3x3) ran 1.18-2.68x faster than F(2x2, 3x3) on such layers of 24 to 256
+    channels, and 0.85-0.93x at 14x14, 16 tiles; decision 046), else 2."""
     p_, q_ = out_hw
     return 4 if WINOGRAD_F4 and winograd.tiles(p_, 4) * winograd.tiles(q_, 4) >= WINOGRAD_F4_MIN_TILES else 2
 

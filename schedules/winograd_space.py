@@ -113,8 +113,9 @@ def start_tasks(n: int, info: WinogradInfo, kblocks: int, kb: int, cores: int) -
     it reads (ResNet's 256@14 at 1 thread: 1.81 ms with one row of 7 tiles per task, 1.07 ms with the
     plane's 49; decision 044), and groups of output channels, so that there are tasks for every core.
     F(4x4, 3x3) keeps 28 tiles per task however large ``U``: each group of output channels transforms the
-    task's windows again, and its 36-position transform is costly (128@28: 49 tiles in two groups ran
-    1.4x slower than 28 tiles in one, at 1 and 2 threads; decision 046)."""
+    task's windows again, and its 36-position transform is costly (128@28, each against F(2x2, 3x3) side by
+    side: 0.96x / 1.04x at 1 / 2 threads with 49 tiles in two groups, 1.39x / 1.40x with 28 in one;
+    decision 046)."""
     u_bytes = (info.tile + 2) ** 2 * info.C * info.K * 4
     want = TASK_TILES if u_bytes <= BIG_U or info.tile == 4 else TASK_TILES_BIG_U
     rows = min(info.tiles, -(-want // info.tiles_q))

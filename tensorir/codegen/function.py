@@ -359,7 +359,7 @@ class FunctionGen(Addressing, ParallelRegions, Safety):
         a, b = self.unify(self.expr(e.a), self.expr(e.b))
         bld, is_float = self.b, e.a.dtype in FLOAT_DTYPES
         if not is_float:
-            folded = _fold_index(op, a, b)
+            folded = _fold_int(op, a, b)
             if folded is not None:
                 return folded
         if op in COMPARE_OPS:
@@ -376,8 +376,7 @@ class FunctionGen(Addressing, ParallelRegions, Safety):
         if is_float and op in _FLOAT_BINOPS:
             return getattr(bld, _FLOAT_BINOPS[op])(a, b, flags=() if op is BinOp.DIV else FP_FLAGS)
         if not is_float and op in _INT_BINOPS:
-            folded = _fold_int(op, a, b)
-            return folded if folded is not None else getattr(bld, _INT_BINOPS[op])(a, b, flags=("nsw",))
+            return getattr(bld, _INT_BINOPS[op])(a, b, flags=("nsw",))
         if not is_float and op in (BinOp.FLOORDIV, BinOp.MOD):
             return self.floor_divmod(op, a, b, e)
         raise CodegenError(f"operator {op.value!r} is not defined for {e.a.dtype}")
@@ -497,31 +496,25 @@ _PY_COMPARE = {BinOp.LT: lambda x, y: x < y, BinOp.LE: lambda x, y: x <= y, BinO
                BinOp.GE: lambda x, y: x >= y, BinOp.EQ: lambda x, y: x == y, BinOp.NE: lambda x, y: x != y}
 
 
-def _fold_index(op, a, b):
-    """Fold comparisons, min/max, floor division, modulo and logic of two scalar integer constants,
-    so that selects on unrolled indices (a transform's taps) become code of their taken branch only."""
-    if not (is_scalar_const(a) and is_scalar_const(b)):
-        return None
-    x, y = int(a.constant), int(b.constant)
-    if op in _PY_COMPARE:
-        return ir.Constant(ir.IntType(1), int(_PY_COMPARE[op](x, y)))
-    if op in (BinOp.AND, BinOp.OR):
-        return ir.Constant(a.type, int(x and y) if op is BinOp.AND else int(x or y))
-    if op in (BinOp.MIN, BinOp.MAX):
-        return ir.Constant(a.type, min(x, y) if op is BinOp.MIN else max(x, y))
-    if op in (BinOp.FLOORDIV, BinOp.MOD) and y != 0:
-        return ir.Constant(a.type, x // y if op is BinOp.FLOORDIV else x % y)
-    return None
-
-
 def _fold_int(op, a, b):
-    """Fold i32 +, -, * when the result is known (keeps unrolled code small)."""
+    """Fold integer operations whose result is known: +, -, *, comparisons, min/max, floor division,
+    modulo and logic of two scalar constants, and the identities x+0, x-0, x*1, x*0.  Unrolled index math
+    stays small, and a select on an unrolled index (a transform's taps) becomes its taken branch only."""
     ca = a.constant if is_scalar_const(a) else None
     cb = b.constant if is_scalar_const(b) else None
-    if ca is not None and cb is not None and op in (BinOp.ADD, BinOp.SUB, BinOp.MUL):
-        r = {BinOp.ADD: ca + cb, BinOp.SUB: ca - cb, BinOp.MUL: ca * cb}[op]
-        if -2 ** 31 <= r < 2 ** 31:
-            return ir.Constant(I32, r)
+    if ca is not None and cb is not None:
+        x, y = int(ca), int(cb)
+        if op in (BinOp.ADD, BinOp.SUB, BinOp.MUL):
+            r = {BinOp.ADD: x + y, BinOp.SUB: x - y, BinOp.MUL: x * y}[op]
+            return ir.Constant(I32, r) if -2 ** 31 <= r < 2 ** 31 else None
+        if op in _PY_COMPARE:
+            return ir.Constant(I1, int(_PY_COMPARE[op](x, y)))
+        if op in (BinOp.AND, BinOp.OR):
+            return ir.Constant(a.type, int(x and y) if op is BinOp.AND else int(x or y))
+        if op in (BinOp.MIN, BinOp.MAX):
+            return ir.Constant(a.type, min(x, y) if op is BinOp.MIN else max(x, y))
+        if op in (BinOp.FLOORDIV, BinOp.MOD) and y != 0:
+            return ir.Constant(a.type, x // y if op is BinOp.FLOORDIV else x % y)
         return None
     if (op is BinOp.ADD and ca == 0) or (op is BinOp.MUL and ca == 1):
         return b

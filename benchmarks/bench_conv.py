@@ -11,6 +11,9 @@ the same convolution (constant weights, as in a model), ``intra_op_num_threads``
 ``session.intra_op.allow_spinning=0``, ``ORT_ENABLE_ALL``; alternating rounds with a pause at every
 switch, medians.  Prints per layer GFLOP/s of both, the ratio (ours / onnxruntime: above 1 is faster),
 the fraction of this machine's FMA peak (``tuner.machine_peak``), and the geometric mean per network.
+Where ours runs on blocked data (``--form nchwc`` / ``model``), onnxruntime's NCHWc kernel is timed
+alone too, without the reorders its one-node model runs in the call (``ort_nchwc.py``); the ratio
+is then against that, and the one against the whole one-node model is printed beside it.
 
 onnxruntime is a benchmark dependency only (the ``dev`` extra); the library never imports it.
 """
@@ -30,6 +33,7 @@ from schedules import Schedule
 from schedules.decisions import DecisionSource
 from schedules.errors import ScheduleError
 from schedules.space import FixedDecisions, GeneratedSpace
+from ort_nchwc import conv_alone
 from tensorir.ops.library import unpack_nchwc
 from tensorir.ops.winograd import winograd_weights
 from tensorir.runtime import build
@@ -156,7 +160,12 @@ def _session(nodes, inputs, outputs, initializers, threads):
     so.inter_op_num_threads = 1
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    data = model.SerializeToString()
+    MODEL_BYTES[0] = data        # the last session's model, for ort_nchwc.conv_alone
+    return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+
+
+MODEL_BYTES = [b""]
 
 
 def _pool_session(workload: str, p: dict, threads: int):
@@ -178,7 +187,8 @@ def constants_of(spec: WorkloadSpec, per_call: bool) -> tuple:
     return () if per_call or spec.name in BLOCKED_FORMS or "Wt" not in names else ("Wt",)
 
 
-BLOCKED_FORMS = ("conv2d_nchwc", "conv2d_winograd_nchwc")
+BLOCKED_FORMS = ("conv2d_nchwc", "conv2d_winograd_nchwc", "depthwise_conv2d_nchwc")
+ORT_ALONE = "onnxruntime without reorders"
 
 
 def best_trace(spec: WorkloadSpec, threads: int, trials: int, seed: int, heuristic: bool, constants: tuple = ()):
@@ -200,6 +210,10 @@ def layer_spec(workload: str, params: dict, form: str) -> WorkloadSpec:
     """The layer as ``form`` computes it: ``nchw`` the built-in as it is; ``nchwc`` a conv2d as
     ``conv2d_nchwc``; ``model`` as a model build does: by Winograd (``conv2d_winograd_nchwc``) where
     the graph level uses it (``graph.lower.linalg.winograd_shape_fits``), else as ``nchwc``."""
+    if form == "model" and workload == "depthwise_conv2d":
+        # blocked, in the block the expand conv before it writes (decision 037), weights prepacked
+        from graph.lower.layout import out_blocks
+        return WorkloadSpec("depthwise_conv2d_nchwc", {**params, "cb": channel_block(params["C"], out_blocks())})
     if workload != "conv2d" or form == "nchw":
         return WorkloadSpec(workload, params)
     if form == "model":
@@ -237,13 +251,15 @@ def channel_block(n: int, sizes: tuple = (16, 8)) -> int:
 
 def compare_with_onnxruntime(spec: WorkloadSpec, trace: dict, threads: int, rounds: int = 5,
                              constants: tuple = ()) -> tuple:
-    """(ours, onnxruntime) seconds per call, timed side by side; our output checked against onnxruntime's.
+    """(ours, onnxruntime, onnxruntime without reorders or None) seconds per call, timed side by side;
+    our output checked against onnxruntime's.
 
-    For ``conv2d_nchwc`` the data is packed and the weights prepacked outside the timing (the graph
+    For the blocked forms the data is packed and the weights prepacked outside the timing (the graph
     level keeps activations blocked and packs constant weights at build time); onnxruntime gets them
-    in NCHW / KCRS (its time includes its own reorders of the data and output)."""
+    in NCHW / KCRS, and its one-node model reorders the data and the output inside the call, so its
+    NCHWc kernel is also timed alone on data it blocked itself (``ort_nchwc``): the like-for-like figure."""
     t = compare_variants(spec, {"ours": trace}, threads, rounds, constants)
-    return t["ours"], t["onnxruntime"]
+    return t["ours"], t["onnxruntime"], t.get(ORT_ALONE)
 
 
 def compare_variants(spec: WorkloadSpec, traces: dict, threads: int, rounds: int = 5, constants: tuple = ()) -> dict:
@@ -256,13 +272,18 @@ def compare_variants(spec: WorkloadSpec, traces: dict, threads: int, rounds: int
         x = unpack_nchwc(x)
         K, C, R, S = params["K"], params["C"], params["R"], params["S"]
         w = np.ascontiguousarray(w.transpose(0, 5, 1, 4, 2, 3).reshape(K, C, R, S))
+    if spec.name == "depthwise_conv2d_nchwc":
+        x = unpack_nchwc(x)
+        C, R, S = params["C"], params["R"], params["S"]
+        w = np.ascontiguousarray(w.transpose(0, 3, 1, 2).reshape(C, 1, R, S))
     if spec.name == "conv2d_winograd_nchwc":     # U from KCRS weights, transformed once (as a model build does)
         x = unpack_nchwc(x)
         params.update(R=3, S=3, stride=1, pad=1)
         w = (np.random.default_rng(1).standard_normal((params["K"], params["C"], 3, 3)) /
              math.sqrt(9 * params["C"])).astype(np.float32)
         inputs = [inputs[0], winograd_weights(w, params.get("tile", 2))]
-    sess = onnx_session("conv2d" if spec.name in BLOCKED_FORMS else spec.name, params, w, threads)
+    sess = onnx_session("depthwise_conv2d" if spec.name == "depthwise_conv2d_nchwc" else
+                        "conv2d" if spec.name in BLOCKED_FORMS else spec.name, params, w, threads)
     feed = {"X": x}
     ref = sess.run(None, feed)[0]
     fns = {}
@@ -281,6 +302,11 @@ def compare_variants(spec: WorkloadSpec, traces: dict, threads: int, rounds: int
                              f"(max |diff| {float(np.max(np.abs(got - ref))):g})")
         fns[name] = kernel.bind(*inputs, *packed, *outs)
     fns["onnxruntime"] = lambda: sess.run(None, feed)
+    if spec.name in BLOCKED_FORMS:
+        # our blocked forms run on blocked data: onnxruntime's blocked kernel without its reorders too
+        alone = conv_alone(MODEL_BYTES[0], threads, x, ref)
+        if alone is not None:
+            fns[ORT_ALONE] = alone
     timing = side_by_side(fns, rounds=rounds, min_repeat_ms=50, repeats_per_round=3)
     return {name: t["median"] for name, t in timing.items()}
 
@@ -335,10 +361,12 @@ def run_variants(net: str, name: str, threads: int, args) -> list:
     t = compare_variants(spec, traces, threads, args.rounds, constants_of(spec, args.pack_per_call))
     print(f"{net} {name} t={threads}: heuristic start {' '.join(f'{k}={v}' for k, v in start.items())}")
     rows = []
+    theirs = t.get(ORT_ALONE, t["onnxruntime"])
     for v in traces:
         rows.append(dict(net=net, layer=name, threads=threads, variant=v, gflops=conv_flops(spec) / t[v] / 1e9,
-                         ratio=t["onnxruntime"] / t[v]))
-        print(f"  {v:<40} {rows[-1]['gflops']:7.1f} GFLOP/s  ours/ort {rows[-1]['ratio']:.2f}x", flush=True)
+                         ratio=theirs / t[v], ratio_with_reorders=t["onnxruntime"] / t[v]))
+        print(f"  {v:<40} {rows[-1]['gflops']:7.1f} GFLOP/s  ours/ort {rows[-1]['ratio']:.2f}x "
+              f"(onnxruntime with its reorders: {rows[-1]['ratio_with_reorders']:.2f}x)", flush=True)
     return rows
 
 
@@ -347,11 +375,13 @@ def run_layer(net: str, name: str, threads: int, args, peak) -> dict:
     spec = layer_spec(workload, params, args.form)
     constants = constants_of(spec, args.pack_per_call)
     trace, tune_s = best_trace(spec, threads, args.trials, args.seed, args.heuristic, constants)
-    ours, theirs = compare_with_onnxruntime(spec, trace, threads, args.rounds, constants)
+    ours, with_reorders, alone = compare_with_onnxruntime(spec, trace, threads, args.rounds, constants)
+    theirs = alone or with_reorders
     flops = conv_flops(spec)
     gflops = flops / ours / 1e9
     return dict(net=net, layer=name, workload=spec.label, threads=threads, trials=0 if args.heuristic else args.trials,
                 gflops=gflops, ort_gflops=flops / theirs / 1e9, ratio=theirs / ours,
+                ratio_with_reorders=with_reorders / ours, ort_without_reorders=alone is not None,
                 peak_fraction=gflops / peak.peak_gflops if peak else None,
                 ort_peak_fraction=flops / theirs / 1e9 / peak.peak_gflops if peak else None,
                 tune_s=tune_s)
@@ -375,7 +405,8 @@ def main(argv=None) -> int:
                          "nchwc: tune conv2d_nchwc (blocked data in and out, weights prepacked as the graph "
                          "level packs constant weights; depthwise layers stay NCHW); model: the form a model "
                          "build computes the layer in (Winograd F(2x2, 3x3) or F(4x4, 3x3) where the graph level uses it, "
-                         "else nchwc; its GFLOP/s direct-equivalent)")
+                         "else nchwc; depthwise layers as depthwise_conv2d_nchwc in the block a model gives them; "
+                         "its GFLOP/s direct-equivalent)")
     ap.add_argument("--heuristic", action="store_true", help="no search: time the space's first trial")
     ap.add_argument("--pack-per-call", action="store_true",
                     help="pack the weights in every call (default: once, outside the timing, as onnxruntime "
@@ -421,12 +452,17 @@ def main(argv=None) -> int:
                 rows.append(r)
                 print(f"{net:<12} {name:<20} t={threads}: ours {r['gflops']:7.1f} GFLOP/s, onnxruntime "
                       f"{r['ort_gflops']:7.1f}, ratio {r['ratio']:.2f}x, peak {100 * (r['peak_fraction'] or 0):.0f}% "
-                      f"(ort {100 * (r['ort_peak_fraction'] or 0):.0f}%), tuning {r['tune_s']:.0f} s", flush=True)
-    print("\n| network | layer | threads | ours GFLOP/s | onnxruntime GFLOP/s | ours/ort | ours % peak | ort % peak |")
-    print("|---|---|---|---|---|---|---|---|")
+                      f"(ort {100 * (r['ort_peak_fraction'] or 0):.0f}%), with its reorders "
+                      f"{r['ratio_with_reorders']:.2f}x, tuning {r['tune_s']:.0f} s", flush=True)
+    print("\n| network | layer | threads | ours GFLOP/s | onnxruntime GFLOP/s | ours/ort | ours % peak | ort % peak "
+          "| ours/ort with its reorders |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['net']} | {r['layer']} | {r['threads']} | {r['gflops']:.1f} | {r['ort_gflops']:.1f} | "
-              f"{r['ratio']:.2f}x | {100 * (r['peak_fraction'] or 0):.0f}% | {100 * (r['ort_peak_fraction'] or 0):.0f}% |")
+        # (onnxruntime's GFLOP/s: its NCHWc kernel alone where it has one and ours runs on blocked data, marked *)
+        star = "*" if r["ort_without_reorders"] else ""
+        print(f"| {r['net']} | {r['layer']} | {r['threads']} | {r['gflops']:.1f} | {r['ort_gflops']:.1f}{star} | "
+              f"{r['ratio']:.2f}x | {100 * (r['peak_fraction'] or 0):.0f}% | {100 * (r['ort_peak_fraction'] or 0):.0f}% "
+              f"| {r['ratio_with_reorders']:.2f}x |")
     print("\n| network | threads | layers | geomean ours/ort | min | max |")
     print("|---|---|---|---|---|---|")
     for net in nets:

@@ -258,6 +258,25 @@ def test_a_blocked_conv_pads_its_data_per_row_task_or_at_root(pad_at_rows):
     _run(s, "conv2d_nchwc", params)
 
 
+DEPTHWISE_NCHWC = [dict(N=1, C=48, H=13, W=11, R=3, S=3, stride=2, pad=1, cb=16, dtype="float32"),
+                   dict(N=2, C=24, H=9, W=10, R=3, S=3, stride=1, pad=1, cb=8, dtype="float32"),
+                   dict(N=1, C=32, H=7, W=9, R=5, S=3, stride=1, pad=0, cb=32, dtype="float32")]
+
+
+@pytest.mark.parametrize("params", DEPTHWISE_NCHWC)
+def test_the_blocked_depthwise_builtin_is_scheduled_as_a_model_build_schedules_it(params):
+    tensors = get_workload("depthwise_conv2d_nchwc").make(**params)
+    (info,) = find_convs(Schedule(tensors).stage_graph()).values()
+    assert info.blocked and info.depthwise and info.kb == params["cb"]
+    space = GeneratedSpace(tensors, AVX512)
+    d = space.default_decisions()
+    assert d["Y.kb"] == params["cb"] and "Xpad_pack.vector" not in d        # the given layout, nothing packed
+    assert ("Y.pad_at" in d) == bool(params["pad"])
+    _run(space, "depthwise_conv2d_nchwc", params, FixedDecisions(d))
+    for seed in range(3):
+        _run(space, "depthwise_conv2d_nchwc", params, _Blocked(seed))
+
+
 def test_numpy_packing_helpers_round_trip():
     rng = np.random.default_rng(0)
     x = rng.standard_normal((2, 24, 5, 3)).astype(np.float32)
@@ -267,6 +286,9 @@ def test_numpy_packing_helpers_round_trip():
     w = rng.standard_normal((32, 24, 3, 1)).astype(np.float32)
     wb = ops.pack_weights_oihwio(w, 8, 16)
     assert wb.shape == (2, 3, 3, 1, 8, 16) and wb[1, 2, 0, 0, 3, 7] == w[16 + 7, 16 + 3, 0, 0]
+    d = rng.standard_normal((24, 1, 3, 2)).astype(np.float32)
+    db = ops.pack_depthwise_weights(d, 8)
+    assert db.shape == (3, 3, 2, 8) and db[2, 1, 0, 5] == d[16 + 5, 0, 1, 0]
 
 
 def test_weights_packed_per_task_are_copied_one_vector_chunk_at_a_time():

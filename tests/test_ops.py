@@ -34,6 +34,8 @@ SMALL = {
     "conv2d_winograd_nchwc": [dict(N=2, C=6, H=7, W=4, K=4, cb=3, kb=2), dict(N=1, C=4, H=1, W=5, K=8, cb=4, kb=8)],
     "depthwise_conv2d": [dict(N=2, C=3, H=10, W=7, R=3, S=3, stride=2, pad=1),
                          dict(N=1, C=4, H=5, W=6, R=2, S=3, stride=1, pad=0)],
+    "depthwise_conv2d_nchwc": [dict(N=2, C=6, H=10, W=7, R=3, S=3, stride=2, pad=1, cb=3),
+                               dict(N=1, C=8, H=5, W=6, R=2, S=3, stride=1, pad=0, cb=8)],
     "max_pool2d": [dict(N=1, C=2, H=9, W=8, R=3, S=3, stride=2, pad=1),
                    dict(N=2, C=1, H=5, W=7, R=2, S=3, stride=1, pad=1)],
     "avg_pool2d": [dict(N=1, C=2, H=9, W=8, R=3, S=3, stride=2, pad=1),

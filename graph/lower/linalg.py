@@ -10,6 +10,7 @@ from graph.lower.core import LoweringError, Val, block_of, broadcast_index, stor
 from graph.lower.elementwise import lowering
 from tensorir import te
 from tensorir.ops import winograd
+from tensorir.ops.library import pack_depthwise_weights
 
 
 def _float(node, *vals):
@@ -248,8 +249,7 @@ def _depthwise_blocked(ctx, node, x, weights, shape, dtype):
     if block_of(x.layout) not in (None, b):
         raise LoweringError(f"internal: node {node.name} (Conv) depthwise reads {x.layout} data, planned {ctx.blocked_layout}")
     data = _blocked_input(ctx, node, x, b, shape, r_, s_)
-    wt = ctx.constant(np.ascontiguousarray(np.asarray(weights).reshape(c_ // b, b, r_, s_).transpose(0, 2, 3, 1)),
-                      "weights")
+    wt = ctx.constant(pack_depthwise_weights(np.asarray(weights), b), "weights")
     rr, rs = te.reduce_axis(r_, "r"), te.reduce_axis(s_, "s")
 
     def f(n, c, p, q, ci):

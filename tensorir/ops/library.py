@@ -232,12 +232,7 @@ def conv2d_nchwc(N: int, C: int, H: int, W: int, K: int, R: int, S: int, stride:
     Q = _output_size(op, "W", W, S, "S", stride, pad)
     X = te.placeholder((N, C // cb, H, W, cb), dtype, "X")
     Wt = te.placeholder((K // kb, C // cb, R, S, cb, kb), dtype, "Wt")
-    if pad:
-        Xp = te.compute((N, C // cb, H + 2 * pad, W + 2 * pad, cb),
-                        lambda n, c, h, w, i: te.if_then_else(te.all(h >= pad, h < H + pad, w >= pad, w < W + pad),
-                                                              X[n, c, h - pad, w - pad, i], 0.0), "Xpad")
-    else:
-        Xp = X
+    Xp = _pad_blocked(X, H, W, pad) if pad else X
     co, ci = te.reduce_axis(C // cb, "co"), te.reduce_axis(cb, "ci")
     r, s = te.reduce_axis(R, "r"), te.reduce_axis(S, "s")
     Y = te.compute(
@@ -246,6 +241,14 @@ def conv2d_nchwc(N: int, C: int, H: int, W: int, K: int, R: int, S: int, stride:
                                        * Wt[ko, co, r, s, ci, ki], axis=[co, r, s, ci]),
         "Y")
     return [X, Wt, Y]
+
+
+def _pad_blocked(X, H: int, W: int, pad: int):
+    """Blocked data ``(N, C/cb, H, W, cb)`` zero-padded by ``pad`` on every side of the plane."""
+    n_, cblocks, _, _, cb = X.shape
+    return te.compute((n_, cblocks, H + 2 * pad, W + 2 * pad, cb),
+                      lambda n, c, h, w, i: te.if_then_else(te.all(h >= pad, h < H + pad, w >= pad, w < W + pad),
+                                                            X[n, c, h - pad, w - pad, i], 0.0), "Xpad")
 
 
 def pack_nchwc(x: np.ndarray, cb: int) -> np.ndarray:
@@ -293,6 +296,46 @@ def depthwise_conv2d(N: int, C: int, H: int, W: int, R: int, S: int, stride: int
                                   axis=[r, s]),
         "Y")
     return [X, Wt, Y]
+
+
+def depthwise_conv2d_nchwc(N: int, C: int, H: int, W: int, R: int, S: int, stride: int = 1, pad: int = 0,
+                           cb: int = 16, dtype: str = "float32") -> list:
+    """Depthwise 2-d convolution on the blocked layout (the form a model build computes, decision 037).
+
+    Data ``(N, C//cb, H, W, cb)``, weights ``(C//cb, R, S, cb)`` (:func:`pack_depthwise_weights`),
+    output ``(N, C//cb, P, Q, cb)``:
+    ``Y[n, c, p, q, ci] = sum_{r, s} Xpad[n, c, p*stride + r, q*stride + s, ci] * Wt[c, r, s, ci]``.
+    ``C`` must be a multiple of ``cb``.
+
+    Returns
+    -------
+    list of te.Tensor
+        ``[X, Wt, Y]``.
+    """
+    op = "depthwise_conv2d_nchwc"
+    check_sizes(op, N=N, C=C, H=H, W=W, R=R, S=S, stride=stride, cb=cb)
+    check_sizes(op, 0, pad=pad)
+    check_dtype(op, dtype)
+    if C % cb:
+        raise ValueError(f"{op}: C={C} must be a multiple of its block cb={cb}")
+    P = _output_size(op, "H", H, R, "R", stride, pad)
+    Q = _output_size(op, "W", W, S, "S", stride, pad)
+    X = te.placeholder((N, C // cb, H, W, cb), dtype, "X")
+    Wt = te.placeholder((C // cb, R, S, cb), dtype, "Wt")
+    Xp = _pad_blocked(X, H, W, pad) if pad else X
+    r, s = te.reduce_axis(R, "r"), te.reduce_axis(S, "s")
+    Y = te.compute(
+        (N, C // cb, P, Q, cb),
+        lambda n, c, p, q, ci: te.sum(Xp[n, c, _window(p, stride, r), _window(q, stride, s), ci] * Wt[c, r, s, ci],
+                                      axis=[r, s]),
+        "Y")
+    return [X, Wt, Y]
+
+
+def pack_depthwise_weights(w: np.ndarray, cb: int) -> np.ndarray:
+    """Depthwise weights ``(C, 1, R, S)`` -> ``(C//cb, R, S, cb)``: a block's channels innermost."""
+    C, _, R, S = w.shape
+    return np.ascontiguousarray(w.reshape(C // cb, cb, R, S).transpose(0, 2, 3, 1))
 
 
 def _pool_setup(op: str, N, C, H, W, R, S, stride, pad, dtype, allowed):

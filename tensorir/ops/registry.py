@@ -378,6 +378,23 @@ register(Workload(
     lambda N, C, H, W, R, S, stride, pad, dtype: 2 * _pool_flops(N, C, H, W, R, S, stride, pad, dtype),
     _depthwise_ref))
 
+def _depthwise_nchwc_ref(inputs, N, C, H, W, R, S, stride, pad, cb, dtype):
+    x, w = inputs
+    wt = w.transpose(0, 3, 1, 2).reshape(C, 1, R, S)          # back to (C, 1, R, S)
+    y = _depthwise_ref([ops.unpack_nchwc(x), wt], N, C, H, W, R, S, stride, pad, dtype)[0]
+    return [ops.pack_nchwc(y, cb)]
+
+
+register(Workload(
+    "depthwise_conv2d_nchwc", "depthwise 2-d convolution on the blocked layout: data (N, C/cb, H, W, cb), "
+    "weights (C/cb, R, S, cb)",
+    _sizes("N", "C", "H", "W", "R", "S", N=1, C=128, H=56, W=56, R=3, S=3)
+    + (Param("stride", int, 1, "window step"), Param("pad", int, 1, "zero padding on each side", allow_zero=True),
+       Param("cb", int, 16, "channels per block"), _DTYPE),
+    ops.depthwise_conv2d_nchwc,
+    lambda N, C, H, W, R, S, stride, pad, cb, dtype: 2 * _pool_flops(N, C, H, W, R, S, stride, pad, dtype),
+    _depthwise_nchwc_ref))
+
 register(Workload(
     "max_pool2d", "2-d max pooling, NCHW; padding never wins",
     _sizes("N", "C", "H", "W", "R", "S", N=1, C=64, H=112, W=112, R=3, S=3)

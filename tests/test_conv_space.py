@@ -133,6 +133,9 @@ def test_the_local_tile_covers_more_rows_where_the_weights_pass_l1(C, K, H, R, s
     assert d["Y.q2"] * d["Y.qt"] * d["Y.p2"] * d["Y.pt"] * d["Y.kb"] <= LOCAL_VALUES
     assert local_rows([1, 2, 4, 8], 1000, 1, 8, 2) == 4                 # 2 tasks left for 2 cores
     assert local_rows([1, 2, 4, 8], 3000, 4, 8, 2) == 2                 # 8192 values at most
+    assert local_rows([1, 2, 3, 4, 6, 8, 12], 768, 1, 24, 2) == 6      # 4 tasks, not 3 for 2 cores
+    assert local_rows([1, 2, 3, 4, 6, 8, 12], 768, 1, 24, 1) == 8      # one core: the most rows
+    assert local_rows([1, 3], 10, 1, 3, 2) == 1                         # none even: the most that fit
 
 
 def test_a_stem_packs_its_few_channels_as_rows_of_columns():

@@ -131,7 +131,8 @@ LAYERS = {
 
 
 def onnx_session(workload: str, p: dict, weights: np.ndarray, threads: int):
-    """An onnxruntime session of one Conv node with constant weights (the layer as a model holds it)."""
+    """(session, serialized model): onnxruntime running one Conv node with constant weights (the layer as a
+    model holds it)."""
     from onnx import TensorProto, helper, numpy_helper
     if workload in ("max_pool2d", "avg_pool2d"):
         return _pool_session(workload, p, threads)
@@ -161,11 +162,7 @@ def _session(nodes, inputs, outputs, initializers, threads):
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     data = model.SerializeToString()
-    MODEL_BYTES[0] = data        # the last session's model, for ort_nchwc.conv_alone
-    return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
-
-
-MODEL_BYTES = [b""]
+    return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"]), data
 
 
 def _pool_session(workload: str, p: dict, threads: int):
@@ -282,7 +279,7 @@ def compare_variants(spec: WorkloadSpec, traces: dict, threads: int, rounds: int
         w = (np.random.default_rng(1).standard_normal((params["K"], params["C"], 3, 3)) /
              math.sqrt(9 * params["C"])).astype(np.float32)
         inputs = [inputs[0], winograd_weights(w, params.get("tile", 2))]
-    sess = onnx_session("depthwise_conv2d" if spec.name == "depthwise_conv2d_nchwc" else
+    sess, model_bytes = onnx_session("depthwise_conv2d" if spec.name == "depthwise_conv2d_nchwc" else
                         "conv2d" if spec.name in BLOCKED_FORMS else spec.name, params, w, threads)
     feed = {"X": x}
     ref = sess.run(None, feed)[0]
@@ -304,7 +301,7 @@ def compare_variants(spec: WorkloadSpec, traces: dict, threads: int, rounds: int
     fns["onnxruntime"] = lambda: sess.run(None, feed)
     if spec.name in BLOCKED_FORMS:
         # our blocked forms run on blocked data: onnxruntime's blocked kernel without its reorders too
-        alone = conv_alone(MODEL_BYTES[0], threads, x, ref)
+        alone = conv_alone(model_bytes, threads, x, ref)
         if alone is not None:
             fns[ORT_ALONE] = alone
     timing = side_by_side(fns, rounds=rounds, min_repeat_ms=50, repeats_per_round=3)

@@ -100,7 +100,12 @@ def heuristic_tile(info: ConvInfo, lanes: int, registers: int) -> tuple:
     """
     best, best_score = (lanes, 1, 1), -1.0
     # a depthwise window reuses no weight vector across channels: one vector per tile, more tasks
-    for kb in lane_choices(info.K, lanes)[:1] if info.depthwise else lane_choices(info.K, lanes):
+    widths = lane_choices(info.K, lanes)[:1] if info.depthwise else lane_choices(info.K, lanes)
+    if info.blocked:
+        # no tile of whole blocks that leaves fewer blocks to the last tile, which runs the wide
+        # tile's code guarded: docs/decisions/048-conv-tiles-share-out-the-channel-blocks.md
+        widths = [kb for kb in widths if kb % info.kb or info.K % kb == 0] or widths
+    for kb in widths:
         m = -(-kb // lanes)
         for pt in (1, 2, 3, 4):
             if pt > info.P:

@@ -250,6 +250,17 @@ def test_the_blocked_builtin_tiles_its_given_layout(params):
     _run(space, "conv2d_nchwc", params, _Blocked(3))
 
 
+@pytest.mark.parametrize("K,kb", [(512, 32), (384, 48), (80, 16)])
+def test_a_blocked_conv_tile_shares_out_the_channel_blocks(K, kb):
+    # 32 blocks of 16 in tiles of 3 would leave 2 to a last, guarded tile (decision 048); 24 blocks do not
+    params = dict(N=1, C=64, H=7, W=7, K=K, R=3, S=3, stride=1, pad=1, cb=16, kb=16, dtype="float32")
+    space = GeneratedSpace(get_workload("conv2d_nchwc").make(**params), AVX512)
+    (info,) = find_convs(space.base.stage_graph()).values()
+    assert heuristic_tile(info, 16, 32)[0] == kb == space.default_decisions()["Y.kb"]
+    if K == 80:
+        _run(space, "conv2d_nchwc", params, FixedDecisions(space.default_decisions()))
+
+
 @pytest.mark.parametrize("pad_at_rows", [False, True])
 def test_a_blocked_conv_pads_its_data_per_row_task_or_at_root(pad_at_rows):
     params = dict(N=1, C=16, H=13, W=11, K=32, R=3, S=3, stride=1, pad=1, cb=16, kb=16, dtype="float32")

@@ -1,10 +1,10 @@
 """Per fused group of a whole model: time, FLOPs, bytes, GB/s and its kernel's loop nest, at each thread count.
 
-    python benchmarks/profile_model.py [--models bert_layer] [--onnx FILE] [--threads 1,2] [--rounds 7]
-                                       [--ab-decisions rows=False,inline=True] [--nests] [--out FILE]
+    python benchmarks/profile_model.py [--models bert_layer] [--onnx FILE] [--log TUNING_LOG] [--threads 1,2]
+                                       [--rounds 7] [--ab-decisions rows=False,inline=True] [--nests] [--out FILE]
 
 A model of ``tests/onnx_models.py`` (or ``--onnx FILE``) is compiled untuned (heuristic starts, weights
-packed at build time, as ``bench_model.py`` does); each step's kernel is then timed alone on its real
+packed at build time, as ``bench_model.py`` does), or with a tuning log's records (``--log``, as ``run`` uses them); each step's kernel is then timed alone on its real
 buffers: ``--rounds`` rounds of a burst of >= 2 ms of calls, the median of the rounds' per-call means
 (and the fastest round); "in seq" is the median of single calls timed where they run in the model
 (5 runs of all steps per round), with the caches as the steps before leave them (weights not warm). Bytes are every distinct buffer the step reads or writes once (what it must
@@ -79,7 +79,8 @@ def _override(tensors, overrides: dict, threads: int):
     return kernel
 
 
-def profile(name: str, model, threads: int, rounds: int, overrides: dict | None, log, nests: bool) -> None:
+def profile(name: str, model, threads: int, rounds: int, overrides: dict | None, log, nests: bool,
+            tuned=None) -> None:
     import numpy as np
     from tensorir.te.evaluate import count_flops
     from tuner.model_api import compile_model, load
@@ -88,7 +89,7 @@ def profile(name: str, model, threads: int, rounds: int, overrides: dict | None,
     graph = load(model)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        compiled = compile_model(graph, threads=threads)
+        compiled = compile_model(graph, log=tuned, threads=threads)
     feeds = random_feeds(graph)
     plan, kernels = compiled.info["plan"], compiled.info["kernels"]
     by_label = {g.name: (g, lw) for g, lw in zip(plan.groups, plan.lowered)}
@@ -179,6 +180,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default="bert_layer", help="builders of tests/onnx_models.py, comma separated")
     p.add_argument("--onnx", help="profile this ONNX file instead (static shapes)")
+    p.add_argument("--log", action="append", help="tuning log whose records the build uses (repeatable)")
     p.add_argument("--threads", default="1,2")
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--ab-decisions", default="", help="e.g. rows=False,inline=True (see the module docstring)")
@@ -207,7 +209,7 @@ def main(argv=None) -> int:
         models = [(n, getattr(builders, n)()) for n in args.models.split(",")]
     for threads in [int(t) for t in args.threads.split(",")]:
         for name, model in models:
-            profile(name, model, threads, args.rounds, overrides, log, args.nests)
+            profile(name, model, threads, args.rounds, overrides, log, args.nests, args.log)
     return 0
 
 

@@ -136,6 +136,11 @@ def test_compile_writes_library_header_weights(files, capsys):
      "has dtype float64, expected float32"),
     (["run", "{path}", "--shape", "x=3x16", "--input", "x={tmp}/x.npy", "--output", "{tmp}/nodir/o.npz"],
      "does not exist"),
+    # a mistyped --log would otherwise build untuned without a word
+    (["run", "{path}", "--shape", "x=3x16", "--input", "x={tmp}/x.npy", "--output", "{tmp}/o.npz", "--log",
+      "{tmp}/typo.jsonl"], "tuning log .*typo.jsonl not found"),
+    (["bench-model", "{path}", "--shape", "x=3x16", "--log", "{tmp}/typo.jsonl"], "tuning log .*typo.jsonl not found"),
+    (["compile", "{path}", "--shape", "x=3x16", "-o", "{tmp}/lib", "--log", "{tmp}"], "is a directory"),
 ])
 def test_bad_input_is_one_line_and_exit_2(files, capsys, argv, match):
     tmp, path, _, _ = files

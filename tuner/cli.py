@@ -31,7 +31,7 @@ from .cmd_model import add_parser as add_model_parser
 from .cmd_model import run as cmd_model
 from .cmd_worker import add_parser as add_worker_parser
 from .cmd_worker import run as cmd_worker
-from .errors import CLIError
+from .errors import CLIError, require_logs
 from .report import ARMS  # who chose the measured candidates (TuneResult.arms)
 
 EXIT_USAGE = 2
@@ -299,11 +299,7 @@ def cmd_report(args) -> int:
     from .spec import SpecError
     if args.top < 1:
         raise CLIError(f"--top must be a positive integer, got {args.top}")
-    for path in args.log or []:
-        if os.path.isdir(path):
-            raise CLIError(f"tuning log {path} is a directory; --log takes a log file (e.g. {path}/tuning.jsonl)")
-        if not os.path.isfile(path):
-            raise CLIError(f"tuning log {path} not found")
+    require_logs(args.log)
     from .report_files import ReportError, write
     try:
         if write(args):     # --html / --format md: a file report

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from .errors import CLIError
+from .errors import CLIError, require_logs
 
 
 def add_parser(sub) -> None:
@@ -35,6 +35,7 @@ def run(args) -> int:
         raise CLIError(f"--threads must be >= 1, got {args.threads}")
     if args.rounds < 1:
         raise CLIError(f"--rounds must be >= 1, got {args.rounds}")
+    require_logs(args.log)
     graph = load_graph(args.model, parse_shapes(args.shape))
     try:
         model = compile_graph(graph, log=args.log, threads=args.threads)

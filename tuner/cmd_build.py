@@ -18,7 +18,7 @@ import shlex
 import sys
 from dataclasses import dataclass, field
 
-from .errors import CLIError
+from .errors import CLIError, require_logs
 
 DESCRIPTION = """\
 Compile workloads into one shared library (-o OUT.so) or object file (-o OUT.o), and write the C
@@ -270,9 +270,7 @@ def _run(args) -> int:
     from .target import compile_target
     if args.threads < 0:
         raise CLIError(f"--threads must be an integer >= 0 (0: all cores), got {args.threads}")
-    for path in args.log or []:
-        if not os.path.isfile(path):
-            raise CLIError(f"tuning log {path} " + ("is a directory" if os.path.isdir(path) else "not found"))
+    require_logs(args.log)
     try:
         check_output(args.output)
     except LibraryError as err:

@@ -13,7 +13,7 @@ import os
 import sys
 import time
 
-from .errors import CLIError
+from .errors import CLIError, require_logs
 
 COMMANDS = ("run", "graph", "compile")
 
@@ -146,6 +146,7 @@ def cmd_run(args) -> int:
     folder = os.path.dirname(os.path.abspath(out))
     if not os.path.isdir(folder):
         raise CLIError(f"--output {out}: folder {folder} does not exist")
+    require_logs(args.log)
     feeds = read_inputs(args.input)
     t0 = time.perf_counter()
     shapes = parse_shapes(args.shape)
@@ -227,6 +228,7 @@ def cmd_graph(args) -> int:
 
 def cmd_compile(args) -> int:
     from tuner.model_aot import AotError, export_model
+    require_logs(args.log)
     graph = load_graph(args.model, parse_shapes(args.shape))
     if args.threads < 0:
         raise CLIError(f"--threads must be >= 0, got {args.threads}")

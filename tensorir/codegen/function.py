@@ -172,6 +172,8 @@ class FunctionGen(Addressing, ParallelRegions, Safety):
         if s.value.dtype != s.buffer.dtype:
             raise CodegenError(f"store of a {s.value.dtype} value into {s.buffer.dtype} buffer "
                                f"{s.buffer.name!r}")
+        # a running min/max (``acc = max(acc, x)``, a reduction's step) keeps the plain compare-select
+        self.running = (s.buffer, s.indices)
         if self.vec is not None:
             self.vec.store(s)
             return
@@ -368,9 +370,13 @@ class FunctionGen(Addressing, ParallelRegions, Safety):
             if op is BinOp.NE:
                 return bld.fcmp_unordered("!=", a, b)
             return bld.fcmp_ordered(_ICMP[op], a, b)
-        if op in (BinOp.MIN, BinOp.MAX):     # compare+select: minps/maxps, pminsd/pmaxsd
-            compare = bld.fcmp_ordered if is_float else bld.icmp_signed
-            return bld.select(compare("<" if op is BinOp.MIN else ">", a, b), a, b)
+        if op in (BinOp.MIN, BinOp.MAX):
+            pred = "<" if op is BinOp.MIN else ">"
+            if not is_float:
+                return bld.select(bld.icmp_signed(pred, a, b), a, b)
+            if isinstance(e.a, Load) and (e.a.buffer, e.a.indices) == getattr(self, "running", None):
+                return bld.select(bld.fcmp_ordered(pred, a, b), a, b)
+            return _float_min_max(bld, pred, a, b, _not_nan(e.a), _not_nan(e.b))
         if op in (BinOp.AND, BinOp.OR):
             return bld.and_(a, b) if op is BinOp.AND else bld.or_(a, b)
         if is_float and op in _FLOAT_BINOPS:
@@ -523,3 +529,22 @@ def _fold_int(op, a, b):
     if op is BinOp.MUL and (ca == 0 or cb == 0):
         return ir.Constant(I32, 0) if not isinstance(a.type, ir.VectorType) else None
     return None
+
+
+def _not_nan(e) -> bool:
+    """``e`` is a constant that is not NaN."""
+    return isinstance(e, Const) and e.value == e.value
+
+
+def _float_min_max(bld, pred: str, a, b, a_const: bool, b_const: bool):
+    """Elementwise ``min``/``max`` (``pred`` ``<``/``>``) that is NaN where either operand is, as numpy's
+    ``minimum``/``maximum`` and onnxruntime's Relu, Clip and Max are: a plain compare and select
+    (minps/maxps) returns the other operand when the first is NaN, so ``max(x, 0)`` would turn a NaN into 0.
+    Against a constant: one compare and a select, as before; else a second compare, on ``b``. (A
+    reduction's running step keeps the plain form: :func:`tensorir.te.max`.)"""
+    if b_const:
+        return bld.select(bld.fcmp_unordered(pred, a, b), a, b)       # a NaN: unordered, a
+    if a_const:
+        return bld.select(bld.fcmp_ordered(pred, a, b), a, b)         # b NaN: b
+    pick = bld.select(bld.fcmp_ordered(pred, b, a), b, a)             # a NaN: a
+    return bld.select(bld.fcmp_unordered("uno", b, b), b, pick)

@@ -184,6 +184,8 @@ def _fold_binary(op: BinOp, a: Const, b: Const) -> Const:
     if op is BinOp.ADD: return const(x + y, a.dtype)
     if op is BinOp.SUB: return const(x - y, a.dtype)
     if op is BinOp.MUL: return const(x * y, a.dtype)
+    if op in (BinOp.MIN, BinOp.MAX) and (x != x or y != y):
+        return const(math.nan, a.dtype)      # numpy's minimum/maximum: NaN wins
     if op is BinOp.MIN: return const(min(x, y), a.dtype)
     if op is BinOp.MAX: return const(max(x, y), a.dtype)
     if op is BinOp.DIV:

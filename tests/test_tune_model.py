@@ -65,3 +65,13 @@ def test_tune_model_missing_file_is_one_line(tmp_path, capsys):
     assert main(["tune-model", str(tmp_path / "nope.onnx")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "nope.onnx" in err[0]
+
+
+def test_a_model_with_nothing_to_tune_says_so_and_writes_no_log(tmp_path, capsys):
+    path = tmp_path / "tiny.onnx"
+    onnx.save(mlp(batch=2, sizes=(16, 8, 4)), path)      # every Gemm far below the tuning threshold
+    log = tmp_path / "log.jsonl"
+    assert main(["tune-model", str(path), "--trials", "4", "--log", str(log), "--threads", "1", "--rounds", "1"]) == 0
+    out, err = capsys.readouterr()
+    assert "nothing to tune" in err and "nothing to weigh" not in err
+    assert "0 trials" in out and "log: none written" in out and not log.exists()

@@ -122,5 +122,5 @@ def run(args) -> int:
         print("  outputs match the untuned model" if out["mismatch"] is None else f"  OUTPUTS DIFFER: {out['mismatch']}")
         if out["by_worker"]:
             print("  trials by process: " + ", ".join(f"{n} by {w}" for w, n in sorted(out["by_worker"].items())))
-        print(f"  log: {out['log']}")
+        print(f"  log: {out['log']}" if os.path.exists(out["log"]) else "  log: none written (nothing was tuned)")
     return 0 if out["mismatch"] is None else 1

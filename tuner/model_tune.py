@@ -18,7 +18,7 @@ import os
 import time
 from dataclasses import dataclass
 
-from .model_tasks import extract_tasks, select_tasks
+from .model_tasks import MIN_TUNED_FLOPS, extract_tasks, select_tasks
 from .search import TuneConfig
 from .study import is_shared
 from .task_scheduler import SchedulerConfig, TaskScheduler
@@ -59,8 +59,11 @@ def tune_model(graph, model_path: str | None, options: ModelTuneOptions, say=Non
     chosen = select_tasks(tasks, options.tasks)
     log_path = options.log or str(default_log_path())
     model_name = os.path.basename(model_path) if model_path else graph.name
-    say(f"{graph.name}: {len(plan.groups)} fused groups, {len(tasks)} distinct kernels, {len(chosen)} tuned "
-        f"(the rest use their heuristic start); {options.trials} trials; log {log_path}")
+    say(f"{graph.name}: {_count(len(plan.groups), 'fused group')}, {_count(len(tasks), 'distinct kernel')}, "
+        f"{len(chosen)} tuned (the rest use their heuristic start); {options.trials} trials; log {log_path}")
+    if not any(t.tuned for t in tasks):
+        say(f"nothing to tune: every kernel of this model has fewer than {MIN_TUNED_FLOPS:,} floating-point "
+            "operations per run or no reduction, and runs its heuristic start; the log is not written")
 
     feeds = random_feeds(plan.graph, options.seed)
     starts = build_kernels(plan, log=[], threads=options.threads)      # heuristic starts only
@@ -126,7 +129,8 @@ def _in_model_check(plan, tasks, kernels: dict, starts: dict, feeds: dict, optio
     start_of = differing(plan, kernels, starts)
     keys = list(start_of)
     if not keys:
-        say("in the model: every tuned task's best schedule is its start (nothing to weigh)")
+        if any(t.tuned for t in tasks):
+            say("in the model: every tuned task's best schedule is its start (nothing to weigh)")
         return []
     by_key = {t.spec.key: t for t in tasks}
     say(f"checking {len(keys)} tuned kernel(s) against their starts inside the model ...")
@@ -140,3 +144,7 @@ def _in_model_check(plan, tasks, kernels: dict, starts: dict, feeds: dict, optio
     back = sum(c.kept == "start" for c in checked)
     say(f"in the model: {len(checked) - back} tuned kernel(s) kept, {back} replaced by their start (faster there)")
     return checked
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"

@@ -72,6 +72,7 @@ class TuningLog:
         return f"TuningLog({self.path!r}, mode={self.mode!r})"
 
     def _check_writable(self) -> None:
+        self.check_is_a_log()
         try:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
             for name in (self.path, self.path + ".lock"):
@@ -80,6 +81,24 @@ class TuningLog:
         except OSError as exc:
             reason = exc.strerror or str(exc)
             raise LogError(f"cannot write tuning log {self.path}: {reason}") from exc
+
+    def check_is_a_log(self) -> None:
+        """Refuse to append to a file whose first line is not a JSON object with a ``version`` (a model or
+        a script given to ``--log`` by mistake would otherwise get records appended to it)."""
+        try:
+            with open(self.path, "rb") as f:
+                first = f.readline(1 << 16)
+        except OSError:      # missing (created below) or unreadable (the write check reports it)
+            return
+        if not first.strip():
+            return
+        try:
+            ok = "version" in json.loads(first)
+        except (ValueError, TypeError):
+            ok = False
+        if not ok:
+            raise LogError(f"{self.path} is not a tuning log (its first line is not a tuning record); "
+                           "give --log a new file or an existing log")
 
     # --- writing -------------------------------------------------------------------
     def append(self, record: TuningRecord) -> None:

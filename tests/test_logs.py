@@ -274,6 +274,19 @@ def test_unwritable_path_fails_at_open_with_clear_error(tmp_path):
     assert TuningLog(path, mode="r").records() == []   # reading a missing log is fine
 
 
+@pytest.mark.parametrize("content", [b"hello\n", b"\x08\x07\x12\x0bmodel bytes", b"[1, 2]\n"])
+def test_a_file_that_is_not_a_log_is_not_appended_to(tmp_path, content):
+    path = tmp_path / "model.onnx"
+    path.write_bytes(content)
+    with pytest.raises(LogError, match="is not a tuning log"):
+        TuningLog(path).append(make())
+    assert path.read_bytes() == content
+    good = tmp_path / "t.jsonl"
+    TuningLog(good).append(make())
+    TuningLog(good).append(make())          # an existing log opens for appending as before
+    assert len(TuningLog(good, mode="r").records()) == 2
+
+
 def test_read_only_log_refuses_appends(tmp_path):
     with pytest.raises(LogError, match="opened read-only"):
         TuningLog(tmp_path / "t.jsonl", mode="r").append(make())

@@ -61,6 +61,14 @@ def test_tune_model_bad_arguments_are_one_line(small_mlp, tmp_path, capsys, extr
     assert err.startswith(f"tensortune: error: {message}") and len(err.splitlines()) == 1
 
 
+def test_tune_model_refuses_a_log_that_is_not_a_log(small_mlp, tmp_path, capsys):
+    bad = tmp_path / "notes.txt"
+    bad.write_text("my notes\n")
+    assert main(["tune-model", small_mlp, "--log", str(bad), "--trials", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "is not a tuning log" in err and len(err.splitlines()) == 1 and bad.read_text() == "my notes\n"
+
+
 def test_tune_model_missing_file_is_one_line(tmp_path, capsys):
     assert main(["tune-model", str(tmp_path / "nope.onnx")]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -85,6 +85,7 @@ def _check_storage(url: str) -> None:
 
 def run(args) -> int:
     from graph.ir import GraphError
+    from logs import LogError, TuningLog
 
     from .cmd_model import load_graph, parse_shapes
     from .model_tune import ModelTuneOptions, tune_model
@@ -96,6 +97,11 @@ def run(args) -> int:
     threads = args.threads
     if args.workers and threads is None:
         threads = len(os.sched_getaffinity(0)) // args.workers
+    if args.log:
+        try:        # before the model is planned; nothing is created yet (a model may need no tuning)
+            TuningLog(args.log, mode="r").check_is_a_log()
+        except LogError as err:
+            raise CLIError(str(err)) from None
     graph = load_graph(args.model, parse_shapes(args.shape))
     quiet = args.quiet or args.json
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, file=sys.stderr, flush=True))
@@ -105,7 +111,7 @@ def run(args) -> int:
                                lease_s=args.lease)
     try:
         out = tune_model(graph, args.model, options, say)
-    except (GraphError, ValueError, StorageError) as err:
+    except (GraphError, ValueError, StorageError, LogError) as err:
         raise CLIError(one_line(err)) from None
     except RuntimeError as err:        # every local worker ended early
         print(f"tensortune: error: {one_line(err)}", file=sys.stderr)
@@ -122,5 +128,6 @@ def run(args) -> int:
         print("  outputs match the untuned model" if out["mismatch"] is None else f"  OUTPUTS DIFFER: {out['mismatch']}")
         if out["by_worker"]:
             print("  trials by process: " + ", ".join(f"{n} by {w}" for w, n in sorted(out["by_worker"].items())))
-        print(f"  log: {out['log']}" if os.path.exists(out["log"]) else "  log: none written (nothing was tuned)")
+        written = os.path.exists(out["log"]) and os.path.getsize(out["log"]) > 0
+        print(f"  log: {out['log']}" if written else "  log: none written (nothing was tuned)")
     return 0 if out["mismatch"] is None else 1

@@ -89,6 +89,7 @@ class FunctionGen(Addressing, ParallelRegions, Safety):
         self.bufs: dict = {}
         self.vec = None
         self.num_threads = None
+        self.running = None       # (buffer, indices) of the store being generated: see store()
         # Pure (load-free) index math is hoisted and shared: each loop keeps an
         # anchor in its header, and a value is emitted once, at the anchor of
         # the innermost loop binding one of its variables.  (entry anchor, cache)
@@ -374,7 +375,7 @@ class FunctionGen(Addressing, ParallelRegions, Safety):
             pred = "<" if op is BinOp.MIN else ">"
             if not is_float:
                 return bld.select(bld.icmp_signed(pred, a, b), a, b)
-            if isinstance(e.a, Load) and (e.a.buffer, e.a.indices) == getattr(self, "running", None):
+            if isinstance(e.a, Load) and (e.a.buffer, e.a.indices) == self.running:
                 return bld.select(bld.fcmp_ordered(pred, a, b), a, b)
             return _float_min_max(bld, pred, a, b, _not_nan(e.a), _not_nan(e.b))
         if op in (BinOp.AND, BinOp.OR):

@@ -24,7 +24,8 @@ and :func:`tile_conv` schedules one, every tunable value a decision:
   stride 1 on that copy (docs/decisions/034-subsampled-strided-1x1-pack.md);
 - pooling may instead run on the NCHW rows without channel blocks (``schedules/pool_rows.py``).
 - a blocked depthwise conv tiles one channel block by a row of at most 8 vectors (:func:`depthwise_tile`),
-  each tile a task, its padding copied per task (docs/decisions/037-blocked-depthwise.md).
+  each tile a task, its padding copied per task (docs/decisions/037-blocked-depthwise.md and
+  049-depthwise-window-unrolls-whole.md).
 
 The heuristic start fills the vector registers (accumulators + weight vectors + one broadcast) with
 the tile that wastes least on the edges of this shape, and where a task's weights pass L1 grows the
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 from schedules.lowering.checks import MAX_VECTOR_LANES
 from tensorir.te import AxisKind
+from tensorir.tir.transform.promote import REGISTER_TILE_UNROLL
 
 from .conv_match import ConvInfo, find_convs  # noqa: F401  (find_convs: the space finds the anchors here)
 from .pool_rows import tile_pool_rows
@@ -123,15 +125,25 @@ def heuristic_tile(info: ConvInfo, lanes: int, registers: int) -> tuple:
 
 
 DW_ACCUMULATORS = 8   # a blocked depthwise conv's register tile, in vectors
+DW_UNROLLED_LEAST = 6  # vectors a tile keeps when narrowed so its whole window unrolls (below: not narrowed)
 
 
 def depthwise_tile(info: ConvInfo, lanes: int) -> int:
     """Output columns of a blocked depthwise conv's register tile (one row, the channel block): the
     widest of at most ``DW_ACCUMULATORS`` vectors that wastes least on the row's edge.  Each FMA
     loads its own input vector (no broadcast to share), so a wide tile saves nothing but spills:
-    MobileNet-V2's 192@56 ran 0.30 ms at 4 columns of 2 vectors, 0.31 at 7, 0.41 at 14."""
+    MobileNet-V2's 192@56 ran 0.30 ms at 4 columns of 2 vectors, 0.31 at 7, 0.41 at 14.
+
+    The widths are kept to those whose whole window unrolls (``REGISTER_TILE_UNROLL`` statements,
+    one per column and tap) where that leaves ``DW_UNROLLED_LEAST`` vectors: a 3x3 window over 8
+    columns (72 taps) keeps its rows rolled and the task's padded tile on the stack, and ran at half
+    the speed of 7 columns (63 taps, all in registers); a 5x5 window unrolls only at 2 columns, too
+    few chains to hide the FMA latency (docs/decisions/049-depthwise-window-unrolls-whole.md)."""
     m = -(-info.kb // lanes)
     widths = range(1, max(1, DW_ACCUMULATORS // m) + 1)
+    unrolled = [qt for qt in widths if qt * info.R * info.S <= REGISTER_TILE_UNROLL]
+    if unrolled and unrolled[-1] * m >= DW_UNROLLED_LEAST:
+        widths = unrolled
     return max(widths, key=lambda qt: (round(qt * _edge_share(info.Q, qt), 9), -qt))
 
 
@@ -369,6 +381,10 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
             # thread's consecutive tasks read the same block's rows (2x as fast as rows first, 192@56)
             l0 = [l0[0], l0[2], l0[3], l0[1], l0[4]]
             s = s.reorder(*l0)
+            if s.extent(l0[3]) == 1 and s.extent(l0[1]) > 1:
+                # one channel block: rows first, so consecutive tasks walk along a row (the last axis
+                # first would walk down the columns; docs/decisions/049-depthwise-window-unrolls-whole.md)
+                src.hint(f"{outer}.outer", 1)
         s = fuse_parallel(s, l0, src, outer)
         if pad_at == "task":
             s = s.compute_at(info.pad_stage, s.loops(outer)[0])

@@ -480,8 +480,8 @@ class _Heuristic(DecisionSource):
             return self.hints[name]
         if choices == [True, False]:
             return True  # inline, pack, cache_write, parallel, unroll, compute_at: on
-        if key == "outer":
-            return choices[-1]  # the vector axis's tiles outermost: a thread keeps its B panel block
+        if key == "outer":   # a rule's hint, else the vector axis's tiles outermost (a thread keeps its B panel block)
+            return self.hints[name] if self.hints.get(name) in choices else choices[-1]
         if not isinstance(choices[0], int):
             return choices[0]
         lanes = self.space.lanes("float32")

@@ -291,6 +291,19 @@ def test_the_blocked_depthwise_builtin_is_scheduled_as_a_model_build_schedules_i
         _run(space, "depthwise_conv2d_nchwc", params, _Blocked(seed))
 
 
+@pytest.mark.parametrize("C, outer", [(32, 1), (96, 3)])
+def test_a_blocked_depthwise_start_walks_along_the_rows(C, outer):
+    # one channel block: the tasks walk along each row (rows outermost, not columns); more blocks: each
+    # block's rows in turn
+    params = dict(N=1, C=C, H=20, W=20, R=3, S=3, stride=1, pad=1, cb=32, dtype="float32")
+    space = GeneratedSpace(get_workload("depthwise_conv2d_nchwc").make(**params), AVX512)
+    d = space.default_decisions()
+    assert d["Y.outer"] == outer
+    s = _run(space, "depthwise_conv2d_nchwc", params, FixedDecisions(d))
+    (tasks,) = [line for line in str(s.lower()).splitlines() if "# parallel" in line]
+    assert ("Y.p_n_q_c_ci_fused" if C == 32 else "Y.c_n_p_q_ci_fused") in tasks
+
+
 def test_numpy_packing_helpers_round_trip():
     rng = np.random.default_rng(0)
     x = rng.standard_normal((2, 24, 5, 3)).astype(np.float32)

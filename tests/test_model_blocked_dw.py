@@ -116,9 +116,10 @@ def _check_model(model, blocked):
 
 
 @pytest.mark.parametrize("q, kb, lanes, want", [(56, 32, 16, 4), (28, 16, 16, 7), (14, 32, 16, 2), (7, 16, 16, 7),
-                                                (56, 16, 16, 8)])
+                                                (56, 16, 16, 7), (40, 16, 16, 5), (8, 8, 8, 4)])
 def test_depthwise_register_tile(q, kb, lanes, want):
-    # at most 8 accumulators, no guarded edge where a width divides the row
+    # at most 8 accumulators, no guarded edge where a width divides the row, a 3x3 window unrolled whole
+    # (at most 7 columns of one vector)
     from schedules.conv_match import ConvInfo
     info = ConvInfo("y", "x", None, "w", True, kb, kb, q, q, 3, 3, "", "r", "s", "", True, kb, kb)
     assert depthwise_tile(info, lanes) == want

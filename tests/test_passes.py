@@ -38,12 +38,12 @@ def mul(a, b):
 # ------------------------------------------------------------------ the pipeline
 
 def test_passes_in_order():
-    assert PASS_NAMES == ("loop_nest", "simplify", "promote", "vector_chunks")
+    assert PASS_NAMES == ("loop_nest", "simplify", "unswitch", "promote", "vector_chunks")
     assert SCHEDULED in PASS_NAMES
     s = Schedule(matmul_wl())
     assert [name for name, _ in lower_steps(s, GOLDEN_TARGET)] == list(PASS_NAMES)
     assert [name for name, _ in s.lower_steps(target=GOLDEN_TARGET)] == list(PASS_NAMES)
-    assert [name for name, _ in lower_steps(s, GOLDEN_TARGET, until="promote")] == list(PASS_NAMES[:3])
+    assert [name for name, _ in lower_steps(s, GOLDEN_TARGET, until="promote")] == list(PASS_NAMES[:4])
 
 
 def test_lower_is_the_last_step_and_prints_after_the_passes_asked_for():

@@ -13,6 +13,8 @@ result as it is, so what ``lower`` prints is what runs.
 ``loop_nest``    bound inference, loop nests in stage order, guards and edge-tile versions
                  (:mod:`schedules.lowering.emit`); guard conditions are simplified here
 ``simplify``     indices and values of loads and stores simplified with the loop ranges
+``unswitch``     a copy that pads gets a version without the bounds test for the nests wholly in
+                 bounds (:mod:`tensorir.tir.transform.unswitch`)
 ``promote``      accumulators of serial loops and repeated tiles kept in LOCAL register
                  copies; register-tile loops unrolled (:mod:`tensorir.tir.transform.promote`)
 ``vector_chunks``  SIMD loops of a width that is not a power of two cut into pieces of the
@@ -33,6 +35,7 @@ from tensorir.target import Target
 from tensorir.tir.ir import PrimFunc
 from tensorir.tir.transform.promote import promote_func
 from tensorir.tir.transform.simplify import simplify_func
+from tensorir.tir.transform.unswitch import unswitch_func
 from tensorir.tir.transform.vector_chunks import chunk_vectors, native_lanes
 
 
@@ -46,6 +49,7 @@ class LowerContext:
 PASSES = (
     ("loop_nest", lambda sched, ctx: loop_nest(sched, ctx.name)),
     ("simplify", lambda func, ctx: simplify_func(func)),
+    ("unswitch", lambda func, ctx: unswitch_func(func)),
     ("promote", lambda func, ctx: promote_func(func)),
     ("vector_chunks", lambda func, ctx: chunk_vectors(func, native_lanes(ctx.target))),
 )

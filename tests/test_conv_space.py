@@ -118,6 +118,19 @@ def test_a_1x1_whose_weights_fit_l1_starts_with_the_reduction_inside_the_tile(C,
         _run(space, "conv2d", params, FixedDecisions(d))
 
 
+@pytest.mark.parametrize("C,K,H", [(16, 96, 28), (144, 32, 28), (32, 192, 56)])
+def test_a_1x1_whose_weights_fit_l1_takes_one_register_tile_per_task_walking_the_rows(C, K, H):
+    # rows of several register tiles: no local tile beyond the register tile (it would reuse no weights
+    # and pass the accumulators through memory once more), the whole reduction in it, tasks along each row
+    params = dict(N=1, C=C, H=H, W=H, K=K, R=1, S=1, stride=1, pad=0, cb=16, kb=16, dtype="float32")
+    space = GeneratedSpace(get_workload("conv2d_nchwc").make(**params), AVX512)
+    d = space.default_decisions()
+    assert d["Y.q2"] == 1 and d["Y.p2"] == 1 and d["Y.order"] == "|crs"
+    s = _run(space, "conv2d_nchwc", params, FixedDecisions(d))
+    (tasks,) = [line for line in str(s.lower()).splitlines() if "# parallel" in line]
+    assert "for Y.p_" in tasks
+
+
 @pytest.mark.parametrize("C,K,H,R,stride,rows", [
     (512, 512, 7, 3, 1, 7),      # 9 MiB of weights for 49 positions: one local tile over the plane
     (256, 512, 14, 3, 2, 7),

@@ -240,12 +240,12 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
     row_local = q_tiles > 1 and q_tiles * qt * pt * kb <= LOCAL_VALUES
     # a 1x1 whose task's weights fit L1 and whose row has several register tiles keeps its whole
     # reduction in the register tile (below, decision 029), each register tile a task
-    l1_1x1 = not info.depthwise and info.R * info.S == 1 and task_weights <= LOCAL_VALUES and row_local
+    tile_tasks_1x1 = not info.depthwise and info.R * info.S == 1 and task_weights <= LOCAL_VALUES and row_local
     # a blocked depthwise conv's weights are a few vectors per block (nothing to reuse along a row):
     # the local tile is the register tile (a whole row's ran 1.5x as long, MobileNet-V2's 192@56); so
     # for such a 1x1: a row's local tile reuses no weights and costs a pass of the accumulators
     # through memory (docs/decisions/051-small-1x1-local-tile-is-the-register-tile.md)
-    src.hint(f"{name}.q2", 1 if dw_blocked or l1_1x1 else q_tiles if row_local else 1)
+    src.hint(f"{name}.q2", 1 if dw_blocked or tile_tasks_1x1 else q_tiles if row_local else 1)
     q2 = src.choose(f"{name}.q2", space.level_choices(q_tiles))
     p_tiles = max(1, -(-info.P // pt))
     p_choices = space.level_choices(p_tiles)
@@ -259,7 +259,7 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
     src.hint(f"{name}.k2", 1)
     k2 = src.choose(f"{name}.k2", space.level_choices(max(1, -(-info.K // kb)), 8))
     orders = list(DW_ORDERS if info.depthwise else ORDERS)
-    if l1_1x1:
+    if tile_tasks_1x1:
         # (the first choice is the heuristic start) a 1x1 whose task's weights fit L1 keeps them there
         # across its tiles anyway: sweeping a local of several register tiles per channel block saves
         # no weight traffic, and the whole reduction inside the register tile saves reloading the
@@ -391,7 +391,7 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
                 # one channel block: rows first, so consecutive tasks walk along a row (the last axis
                 # first would walk down the columns; docs/decisions/049-depthwise-window-unrolls-whole.md)
                 src.hint(f"{outer}.outer", 1)
-        elif l1_1x1:
+        elif tile_tasks_1x1:
             # its tasks are single register tiles: rows first, so consecutive tasks walk along a row
             # with one channel block's weights (the last axis first would walk down the columns)
             src.hint(f"{outer}.outer", 2)

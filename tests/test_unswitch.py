@@ -38,7 +38,7 @@ def _window_sum(n: int, tile: int = 4):
 
 def _selects(s) -> int:
     """Select expressions in statement ``s``."""
-    if isinstance(s, (Seq,)):
+    if isinstance(s, Seq):
         return sum(_selects(x) for x in s.stmts)
     if isinstance(s, (For, Allocate)):
         return _selects(s.body)

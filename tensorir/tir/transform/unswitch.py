@@ -26,8 +26,8 @@ from tensorir.tir.ir import Allocate, For, ForKind, IfThenElse, PrimFunc, Seq, S
 
 # d = a - b; the comparison ``a op b`` holds over a box iff it holds at d's minimum (``>=``, ``>``)
 # or maximum (``<=``, ``<``)
-_AT_MIN = {BinOp.GE: BinOp.GE, BinOp.GT: BinOp.GT}
-_AT_MAX = {BinOp.LE: BinOp.LE, BinOp.LT: BinOp.LT}
+_AT_MIN = frozenset({BinOp.GE, BinOp.GT})
+_AT_MAX = frozenset({BinOp.LE, BinOp.LT})
 # least share of the enclosing iterations that must take the version without tests: where fewer do
 # (a 7x7 image's tasks all touch its border), the second copy of the task only costs
 # (docs/decisions/050-padded-copies-are-unswitched.md)

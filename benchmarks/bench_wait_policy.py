@@ -1,15 +1,18 @@
 """OpenMP wait policy: how a model at 2 threads fares against onnxruntime when idle threads spin or sleep,
-on a quiet machine and with the other core busy (docs/decisions/041-openmp-threads-sleep-between-regions.md).
+on a quiet machine and with the other core busy (docs/decisions/041-openmp-threads-sleep-between-regions.md,
+docs/decisions/052-openmp-threads-spin-briefly-then-sleep.md).
 
     python benchmarks/bench_wait_policy.py [--models resnet18,se_block] [--threads 2] [--rounds 9] [--repeats 2]
+        [--spins 300,1000]
 
 libgomp reads its policy when it loads, so each setting runs in a process of its own: the model of
 ``tests/onnx_models.py`` compiled untuned and onnxruntime (``ORT_ENABLE_ALL``, same threads, no spinning)
 timed side by side in that process, alternating rounds; the figure is the median of per-round ratios
 (ours / onnxruntime's speed). Settings: libgomp's default (``GOMP_SPINCOUNT=300000``: spin, then sleep;
-set explicitly, since tensortune now sets PASSIVE when neither variable is set), ``OMP_WAIT_POLICY=PASSIVE``
-(tensortune's default since decision 041) and ``GOMP_SPINCOUNT=20000``; phases: quiet, then with one
-busy-looping process (``--no-hog`` skips it).
+set explicitly, since tensortune sets its own count when neither variable is set), ``OMP_WAIT_POLICY=PASSIVE``
+(tensortune's default from decision 041 to 052) and ``GOMP_SPINCOUNT=N`` for each N of ``--spins`` (tensortune's
+default since decision 052: ``tensorir.runtime.jit.SPIN_COUNT``); phases: quiet, then with one busy-looping
+process (``--no-hog`` skips it).
 """
 from __future__ import annotations
 
@@ -20,10 +23,17 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-# libgomp's own default (no variable set) spins 300,000 iterations; unset, tensortune sets PASSIVE
+# libgomp's own default (no variable set) spins 300,000 iterations; unset, tensortune sets its SPIN_COUNT
 POLICIES = {"libgomp default (spin)": {"OMP_WAIT_POLICY": "", "GOMP_SPINCOUNT": "300000"},
-            "PASSIVE": {"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": ""},
-            "GOMP_SPINCOUNT=20000": {"OMP_WAIT_POLICY": "", "GOMP_SPINCOUNT": "20000"}}
+            "PASSIVE": {"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": ""}}
+
+
+def policies(spins: str) -> dict:
+    """The fixed settings plus ``GOMP_SPINCOUNT=N`` for each N of ``spins`` (comma separated)."""
+    out = dict(POLICIES)
+    for n in filter(None, spins.split(",")):
+        out[f"GOMP_SPINCOUNT={int(n)}"] = {"OMP_WAIT_POLICY": "", "GOMP_SPINCOUNT": str(int(n))}
+    return out
 
 
 def one(model: str, threads: int, rounds: int) -> float:
@@ -52,6 +62,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--no-hog", action="store_true")
+    ap.add_argument("--spins", default="20000", help="GOMP_SPINCOUNT values to add (comma separated)")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one:
@@ -61,13 +72,14 @@ def main(argv=None) -> int:
     sys.path.insert(0, HERE)
     from busy_core import phases
     print(f"host {llvm.get_host_cpu_name()}; ours / onnxruntime at {args.threads} threads, paired rounds")
-    print("| phase | model | " + " | ".join(POLICIES) + " |")
-    print("|---|---|" + "---|" * len(POLICIES))
+    settings = policies(args.spins)
+    print("| phase | model | " + " | ".join(settings) + " |")
+    print("|---|---|" + "---|" * len(settings))
     for phase in phases(not args.no_hog):
         for model in args.models.split(","):
-            cells = {p: [] for p in POLICIES}
+            cells = {p: [] for p in settings}
             for _ in range(args.repeats):
-                for policy, env in POLICIES.items():
+                for policy, env in settings.items():
                     env = {k: v for k, v in {**os.environ, **env}.items() if v != ""}
                     out = subprocess.run([sys.executable, __file__, "--one", model, "--threads",
                                           str(args.threads), "--rounds", str(args.rounds)],

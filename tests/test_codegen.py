@@ -550,19 +550,20 @@ def test_host_target_and_libgomp():
     assert jit.load_libgomp()
 
 
-@pytest.mark.parametrize("preset, want", [({}, "PASSIVE"), ({"OMP_WAIT_POLICY": "ACTIVE"}, "ACTIVE"),
-                                          ({"GOMP_SPINCOUNT": "1000"}, None)])
-def test_openmp_threads_sleep_between_regions_unless_the_user_says_otherwise(preset, want):
-    # decision 041: our libgomp copy loads with OMP_WAIT_POLICY=PASSIVE unless the user chose a policy
+@pytest.mark.parametrize("preset, want", [({}, (None, str(jit.SPIN_COUNT))), ({"OMP_WAIT_POLICY": "ACTIVE"}, ("ACTIVE", None)),
+                                          ({"OMP_WAIT_POLICY": "PASSIVE"}, ("PASSIVE", None)),
+                                          ({"GOMP_SPINCOUNT": "1000"}, (None, "1000"))])
+def test_openmp_threads_spin_briefly_then_sleep_unless_the_user_says_otherwise(preset, want):
+    # decision 052: our libgomp copy loads with a short spin count unless the user chose a policy or a count
     import os
     import subprocess
     import sys
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
     code = ("import os, numpy as np; from tensorir.runtime import jit; jit.load_libgomp(); "
-            "print(os.environ.get('OMP_WAIT_POLICY'))")
+            "print(os.environ.get('OMP_WAIT_POLICY'), os.environ.get('GOMP_SPINCOUNT'))")
     out = subprocess.run([sys.executable, "-c", code], env={**env, **preset}, capture_output=True, text=True,
                          check=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    assert out.stdout.split()[-1] == str(want)
+    assert tuple(out.stdout.split()[-2:]) == tuple(str(w) for w in want)
 
 
 def test_kernel_introspection():

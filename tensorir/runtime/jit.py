@@ -21,6 +21,9 @@ _WHEEL_LIB_DIRS = ("scikit_learn.libs", "xgboost_cpu.libs", "xgboost.libs", "tor
 
 # Symbols generated code may call; resolved explicitly so the JIT never depends
 # on how the dynamic loader scoped the libraries.
+# Pauses an idle libgomp thread spins before it sleeps (GOMP_SPINCOUNT; a pause is 10-50 ns).
+# why: docs/decisions/052-openmp-threads-spin-briefly-then-sleep.md
+SPIN_COUNT = 300
 _OMP_SYMBOLS = ("GOMP_parallel", "GOMP_barrier", "omp_get_thread_num", "omp_get_num_threads")
 _LIBC_SYMBOLS = ("aligned_alloc", "free")
 
@@ -80,13 +83,15 @@ def load_libgomp() -> str:
     """
     if "gomp" in _state:
         return _state["gomp"]
-    # libgomp reads its wait policy when it loads. Its default spins idle threads for a while after
-    # each parallel region; on a shared machine a spinning worker uses up its time slice and the next
-    # region then waits for it behind another process (an EfficientNet block at 2 threads with the other
-    # core busy: 50x slower than onnxruntime spinning, 1.5x sleeping). A user's own setting is kept.
-    # why: docs/decisions/041-openmp-threads-sleep-between-regions.md
+    # libgomp reads its wait policy when it loads. Its default spins idle threads for about 300,000
+    # pauses (3-15 ms) after every region and barrier: on a shared machine a spinning worker uses up its
+    # time slice and the next region waits for it behind another process (decision 041). Sleeping at
+    # once instead costs a wake-up at every barrier, 40-100 us on a virtual machine. SPIN_COUNT pauses
+    # (about 10 us) catch a thread that arrives within a chunk of the others, and give the core up soon
+    # after. A user's own setting is kept.
+    # why: docs/decisions/052-openmp-threads-spin-briefly-then-sleep.md
     if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
-        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+        os.environ["GOMP_SPINCOUNT"] = str(SPIN_COUNT)
     with LLVM_LOCK:
         errors = []
         for cand in libgomp_candidates():

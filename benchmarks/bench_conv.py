@@ -33,6 +33,7 @@ from schedules import Schedule
 from schedules.decisions import DecisionSource
 from schedules.errors import ScheduleError
 from schedules.space import FixedDecisions, GeneratedSpace
+import ort_nchwc
 from ort_nchwc import conv_alone
 from tensorir.ops.library import unpack_nchwc
 from tensorir.ops.winograd import winograd_weights
@@ -160,7 +161,7 @@ def _session(nodes, inputs, outputs, initializers, threads):
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    so.add_session_config_entry("session.intra_op.allow_spinning", ort_nchwc.SPINNING)
     data = model.SerializeToString()
     return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"]), data
 
@@ -414,7 +415,11 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rounds", type=int, default=5, help="alternating timing rounds")
     ap.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
+    ap.add_argument("--ort-spinning", action="store_true",
+                    help="let onnxruntime's idle threads spin (its own default) instead of blocking at once")
     args = ap.parse_args(argv)
+    if args.ort_spinning:
+        ort_nchwc.SPINNING = "1"
     nets = [n for n in args.net.split(",") if n]
     unknown = [n for n in nets if n not in LAYERS]
     if unknown:

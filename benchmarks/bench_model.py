@@ -60,7 +60,7 @@ def feeds_for(model, graph, seed: int = 0) -> dict:
 
 
 def bench(name: str, threads: int, rounds: int, log, layouts_ab: bool = False, blocked_ab: bool = False,
-          winograd_ab: bool = False, f4_ab: bool = False) -> dict:
+          winograd_ab: bool = False, f4_ab: bool = False, space_ab: str | None = None) -> dict:
     import tests.onnx_models as models
     from tensorir.runtime import clear_cache
     from tuner.compare import side_by_side
@@ -99,8 +99,11 @@ def bench(name: str, threads: int, rounds: int, log, layouts_ab: bool = False, b
     if f4_ab:
         f2 = _compiled_with(graph, threads, "WINOGRAD_F4")
         fns["tensortune-f2"] = lambda: f2.run(feeds)
+    if space_ab:
+        other = _compiled_with_space(graph, threads, space_ab)
+        fns["tensortune-space"] = lambda: other.run(feeds)
     # many short rounds for the A/B: its paired ratios then see the host's slow spells on both sides
-    ab = blocked_ab or winograd_ab or f4_ab
+    ab = blocked_ab or winograd_ab or f4_ab or bool(space_ab)
     res = side_by_side(fns, rounds=rounds, min_repeat_ms=200, repeats_per_round=1 if ab else 3)
     info = compiled.info
     row = {"model": name, "threads": threads, "nodes": len(graph.nodes), "groups": info["groups"],
@@ -123,6 +126,8 @@ def bench(name: str, threads: int, rounds: int, log, layouts_ab: bool = False, b
         _ab(row, res, "direct", "winograd", "every conv direct (WINOGRAD=False)", "default", "direct", log)
     if f4_ab:
         _ab(row, res, "f2", "f4", "F(2x2, 3x3) only (WINOGRAD_F4=False)", "default", "F(2x2) only", log)
+    if space_ab:
+        _ab(row, res, "space", "default", f"with schedules.space.{space_ab}", "default", space_ab, log)
     print(f"  raw tensortune ms: {' '.join(f'{v * 1e3:.3f}' for v in row['tt_all'])}", file=log)
     print(f"  raw onnxruntime ms: {' '.join(f'{v * 1e3:.3f}' for v in row['ort_all'])}", file=log, flush=True)
     return row
@@ -140,6 +145,24 @@ def _compiled_with(graph, threads: int, flag: str):
             return compile_model(graph, threads=threads)
     finally:
         setattr(linalg, flag, saved)
+
+
+def _compiled_with_space(graph, threads: int, setting: str):
+    """The model compiled with ``schedules.space.NAME`` set to the integer VALUE of ``setting`` ("NAME=VALUE";
+    restored after): a heuristic start's constant against its default."""
+    import schedules.space as space
+    from tuner.model_api import compile_model
+    name, value = setting.split("=", 1)
+    if not hasattr(space, name):
+        raise SystemExit(f"bench_model: schedules.space has no {name!r}")
+    saved = getattr(space, name)
+    setattr(space, name, int(value))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return compile_model(graph, threads=threads)
+    finally:
+        setattr(space, name, saved)
 
 
 def _ab(row: dict, res: dict, other: str, ours: str, what: str, ours_text: str, other_text: str, log) -> None:
@@ -178,6 +201,8 @@ def main(argv=None) -> int:
                    help="also time the model with every convolution direct (no Winograd)")
     p.add_argument("--f4-ab", action="store_true",
                    help="also time the model with F(2x2, 3x3) only (no F(4x4, 3x3))")
+    p.add_argument("--space-ab", metavar="NAME=VALUE",
+                   help="also time the model built with schedules.space.NAME = VALUE, e.g. FEW_ROWS_TASK_COLUMNS=256")
     p.add_argument("--out", help="also write the raw output to FILE")
     args = p.parse_args(argv)
     import llvmlite.binding as llvm
@@ -187,7 +212,7 @@ def main(argv=None) -> int:
     for threads in [int(t) for t in args.threads.split(",")]:
         for name in args.models.split(","):
             rows.append(bench(name, threads, args.rounds, log, args.layouts_ab, args.blocked_ab, args.winograd_ab,
-                              args.f4_ab))
+                              args.f4_ab, args.space_ab))
     text = table(rows)
     print(text, file=log)
     if log is not sys.stdout:

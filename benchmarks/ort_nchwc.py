@@ -17,6 +17,10 @@ import tempfile
 
 import numpy as np
 
+# onnxruntime's intra-op threads: "0" blocks idle workers at once (the issues' protocol), "1" lets them
+# spin first (onnxruntime's own default); bench_conv.py --ort-spinning sets "1"
+SPINNING = "0"
+
 
 def _options(threads: int, level):
     import onnxruntime as ort
@@ -25,7 +29,7 @@ def _options(threads: int, level):
     so.inter_op_num_threads = 1
     so.graph_optimization_level = level
     so.log_severity_level = 3
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    so.add_session_config_entry("session.intra_op.allow_spinning", SPINNING)
     return so
 
 

@@ -30,6 +30,8 @@ R0  (before R1) a convolution anchor is tiled on blocked layouts by its own rule
 """
 from __future__ import annotations
 
+import math
+
 from schedules.errors import DecisionError
 from schedules.state import AttachKind
 
@@ -48,6 +50,13 @@ from .schedule import Schedule
 from .matmul_start import hint_k_blocks, k_blocks, odd_row_tile, register_tile
 from .tiling import fuse_parallel as _fuse_parallel, split_all as _split_all
 
+# Columns of the vector axis one parallel task of a product spans, about (decision 011) ...
+TASK_COLUMNS = 256
+# ... or, where the row operand (rows x reduction values) fits half an L2 and each task can re-read it
+# from there, about FEW_ROWS_TASK_COLUMNS: more tasks, so threads that run at different speeds still
+# finish together (decision 053).
+FEW_ROWS_OPERAND = 1 << 17
+FEW_ROWS_TASK_COLUMNS = 64
 MAX_UNROLLED_BODY = 64   # vector FMAs (tile rows x vectors per row x inner reduce iterations) unrolled
 
 
@@ -256,14 +265,17 @@ class GeneratedSpace:
         # matmul 333x257x511 at 2 threads: 0.62x numpy, 16 columns: 0.93x), the nearest width that
         # shares them evenly.
         # why: docs/decisions/011-matmul-task-shape.md
+        # why few-row products take narrower tasks: docs/decisions/053-few-row-products-take-narrow-tasks.md
         n, width = ext[vec_axis], t2[vec_axis] * t3[vec_axis]
+        row_operand = math.prod(ext[lp] for lp in spatial[:-1] + reduce)
+        target = FEW_ROWS_TASK_COLUMNS if len(spatial) > 1 and row_operand <= FEW_ROWS_OPERAND else TASK_COLUMNS
         widths = [c * width for c in self.level_choices(max(1, n // width), 64)]
-        pick = min(widths, key=lambda w: (abs(w - 256), w))
+        pick = min(widths, key=lambda w: (abs(w - target), w))
         if _packable(st, vec_axis.split(".", 1)[1]) and -(-n // pick) >= self.options.cores \
                 and self._balance(n, pick) < 0.85:
             even = [w for w in widths if self._balance(n, w) >= 0.85] or \
                 [max(widths, key=lambda w: self._balance(n, w))]
-            pick = min(even, key=lambda w: (abs(w - 256), w))
+            pick = min(even, key=lambda w: (abs(w - target), w))
         src.hint(f"{vec_axis}.t1", pick // width)
         t1 = {lp: src.choose(f"{lp}.t1", self.level_choices(max(1, ext[lp] // (t3[lp] * t2[lp])), 64))
               for lp in spatial}

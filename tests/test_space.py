@@ -204,8 +204,9 @@ def test_row_operand_pack_computes_what_numpy_computes(make):
 @pytest.mark.parametrize("n, width", [(1024, 256), (512, 256), (257, 16), (136, 16), (999, 32)])
 def test_heuristic_tasks_share_two_cores_evenly(n, width):
     # in-task packing makes the vector axis's blocks the whole parallel loop: 257 columns cut in
-    # blocks of 256 would leave one core a block of 1 column
-    space = GeneratedSpace(WorkloadSpec.parse("matmul", ["M=333", f"N={n}", "K=64"]).tensors(), AVX2)
+    # blocks of 256 would leave one core a block of 1 column (K=512: a row operand too large for the
+    # narrow tasks of decision 053)
+    space = GeneratedSpace(WorkloadSpec.parse("matmul", ["M=333", f"N={n}", "K=512"]).tensors(), AVX2)
     d = space.default_decisions()
     got = d["C.j.t1"] * d["C.j.t2"] * d["C.j.t3"]
     assert got == width
@@ -215,6 +216,24 @@ def test_heuristic_tasks_share_two_cores_evenly(n, width):
 
 
 AVX512 = SpaceOptions(vector_bits=512, cores=2)
+
+
+@pytest.mark.parametrize("options", [AVX2, AVX512], ids=["avx2", "avx512"])
+@pytest.mark.parametrize("workload, params, narrow", [
+    ("dense", ["batch=32", "in_features=2048", "out_features=2048"], True),     # an MLP's layer
+    ("dense", ["batch=128", "in_features=768", "out_features=3072"], True),     # BERT's FFN1
+    ("matmul", ["M=1", "N=4096", "K=1024"], True),
+    ("dense", ["batch=128", "in_features=3072", "out_features=768"], False),    # 1.5 MiB of rows
+    ("matmul", ["M=1024", "N=1024", "K=1024"], False)])
+def test_few_row_products_start_with_narrow_tasks(options, workload, params, narrow):
+    # decision 053: where the row operand fits half an L2, a task spans ~64 columns, not ~256
+    space = GeneratedSpace(WorkloadSpec.parse(workload, params).tensors(), options)
+    d = space.default_decisions()
+    a = "D" if workload == "dense" else "C"
+    width = d[f"{a}.j.t1"] * d[f"{a}.j.t2"] * d[f"{a}.j.t3"]
+    assert (width <= 96) == narrow, width
+    if not narrow:
+        assert width >= 192
 
 
 @pytest.mark.parametrize("rows, tile, vectors", [(128, 8, 3), (40, 8, 3), (96, 6, 4), (20, 4, 4)])

@@ -136,33 +136,30 @@ def bench(name: str, threads: int, rounds: int, log, layouts_ab: bool = False, b
 def _compiled_with(graph, threads: int, flag: str):
     """The model compiled with ``graph.lower.linalg.<flag>`` off (restored after)."""
     from graph.lower import linalg
-    from tuner.model_api import compile_model
-    saved = getattr(linalg, flag)
-    setattr(linalg, flag, False)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return compile_model(graph, threads=threads)
-    finally:
-        setattr(linalg, flag, saved)
+    return _compiled_with_setting(graph, threads, linalg, flag, False)
 
 
 def _compiled_with_space(graph, threads: int, setting: str):
     """The model compiled with ``schedules.space.NAME`` set to the integer VALUE of ``setting`` ("NAME=VALUE";
     restored after): a heuristic start's constant against its default."""
     import schedules.space as space
-    from tuner.model_api import compile_model
     name, value = setting.split("=", 1)
     if not hasattr(space, name):
         raise SystemExit(f"bench_model: schedules.space has no {name!r}")
-    saved = getattr(space, name)
-    setattr(space, name, int(value))
+    return _compiled_with_setting(graph, threads, space, name, int(value))
+
+
+def _compiled_with_setting(graph, threads: int, module, name: str, value):
+    """The model compiled with ``module.<name>`` set to ``value`` (restored after)."""
+    from tuner.model_api import compile_model
+    saved = getattr(module, name)
+    setattr(module, name, value)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             return compile_model(graph, threads=threads)
     finally:
-        setattr(space, name, saved)
+        setattr(module, name, saved)
 
 
 def _ab(row: dict, res: dict, other: str, ours: str, what: str, ours_text: str, other_text: str, log) -> None:

@@ -19,11 +19,12 @@ _SYSTEM_LIBGOMP = "/usr/lib/x86_64-linux-gnu/libgomp.so.1"
 _WHEEL_LIB_DIRS = ("scikit_learn.libs", "xgboost_cpu.libs", "xgboost.libs", "torch/lib",
                    "scipy.libs", "numpy.libs")
 
-# Symbols generated code may call; resolved explicitly so the JIT never depends
-# on how the dynamic loader scoped the libraries.
 # Pauses an idle libgomp thread spins before it sleeps (GOMP_SPINCOUNT; a pause is 10-50 ns).
 # why: docs/decisions/052-openmp-threads-spin-briefly-then-sleep.md
 SPIN_COUNT = 300
+
+# Symbols generated code may call; resolved explicitly so the JIT never depends
+# on how the dynamic loader scoped the libraries.
 _OMP_SYMBOLS = ("GOMP_parallel", "GOMP_barrier", "omp_get_thread_num", "omp_get_num_threads")
 _LIBC_SYMBOLS = ("aligned_alloc", "free")
 

@@ -46,3 +46,57 @@ def test_an_unreachable_server_is_one_line(tmp_path, capsys):
                  "--storage", "postgresql://postgres@127.0.0.1:1/none", "--log", str(tmp_path / "l.jsonl")])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "storage" in err.lower(), err
+
+
+def test_losing_the_schema_race_in_any_of_its_forms_is_retried():
+    """Processes opening a fresh database together lose the race to create Optuna's tables either on a
+    unique index (IntegrityError) or, when the other committed between check and CREATE, as a
+    ProgrammingError (DuplicateTable, DuplicateObject); both are retried, other errors are not."""
+    import psycopg
+    import pytest
+    from sqlalchemy import exc
+    from tuner.study import retry_schema_race
+    for orig in (psycopg.errors.DuplicateObject('type "studydirection" already exists'),
+                 psycopg.errors.DuplicateTable('relation "studies" already exists'),
+                 psycopg.errors.UniqueViolation("duplicate key value")):
+        wrapper = exc.IntegrityError if isinstance(orig, psycopg.errors.UniqueViolation) else exc.ProgrammingError
+        calls = []
+
+        def opens_second_time():
+            calls.append(1)
+            if len(calls) == 1:
+                raise wrapper("CREATE ...", {}, orig)
+            return "storage"
+        assert retry_schema_race(opens_second_time) == "storage" and len(calls) == 2
+    calls = []
+
+    def bad_sql():
+        calls.append(1)
+        raise exc.ProgrammingError("SELECT", {}, psycopg.errors.UndefinedTable("no such table"))
+    with pytest.raises(exc.ProgrammingError):
+        retry_schema_race(bad_sql)
+    assert len(calls) == 1
+
+
+def _open_together(url, barrier, results):
+    from tuner.study import connect
+    barrier.wait()
+    try:
+        connect(url)
+        results.put("ok")
+    except Exception as err:  # noqa: BLE001 - reported to the test
+        results.put(f"{type(err).__name__}: {err}")
+
+
+def test_processes_opening_a_fresh_database_together_all_get_the_storage(database):
+    # without the retry, 2 of 6 such processes fail on every try here (creating Optuna's enum type)
+    import multiprocessing
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(6), ctx.Queue()
+    procs = [ctx.Process(target=_open_together, args=(database, barrier, results)) for _ in range(6)]
+    for p in procs:
+        p.start()
+    got = [results.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(timeout=30)
+    assert got == ["ok"] * 6, got

@@ -115,15 +115,26 @@ def open_study(storage: str | None, name: str, sampler):
     return copy, study
 
 
+# How losing that race shows: a row another process inserted first (IntegrityError / UniqueViolation,
+# e.g. pg_type's index while both create Optuna's enum type) or an object it committed between our
+# existence check and our CREATE (DuplicateTable / DuplicateObject, a ProgrammingError).
+SCHEMA_RACES = frozenset({"IntegrityError", "UniqueViolation", "DuplicateTable", "DuplicateObject"})
+
+
+def lost_schema_race(err: BaseException) -> bool:
+    """Whether ``err`` (an SQLAlchemy error; its ``orig`` the driver's) says another process created it first."""
+    return bool({type(err).__name__, type(getattr(err, "orig", None)).__name__} & SCHEMA_RACES)
+
+
 def retry_schema_race(fn, attempts: int = 5):
     """``fn()``, tried again when it lost a race with another process creating the same tables or study
-    in a fresh database (an ``IntegrityError``: processes of a shared study often start together)."""
+    in a fresh database (processes of a shared study often start together)."""
     import time
     for attempt in range(attempts):
         try:
             return fn()
-        except Exception as err:  # noqa: BLE001 - SQLAlchemy's IntegrityError, without importing SQLAlchemy here
-            if type(err).__name__ != "IntegrityError" or attempt == attempts - 1:
+        except Exception as err:  # noqa: BLE001 - SQLAlchemy's errors, without importing SQLAlchemy here
+            if not lost_schema_race(err) or attempt == attempts - 1:
                 raise
             time.sleep(0.2 * (attempt + 1))
 

@@ -67,6 +67,15 @@ def lane_choices(K: int, lanes: int) -> list:
     return sorted(opts)
 
 
+def block_widths(info: ConvInfo) -> list:
+    """Output channels per register tile of a blocked form: 1-4 whole blocks (not past the channels
+    by a whole block, nor past ``MAX_VECTOR_LANES`` unless one block is); a grouped conv's one block."""
+    per = info.kb
+    if info.grouped:
+        return [per]
+    return [b * per for b in (1, 2, 3, 4) if b * per <= max(per, MAX_VECTOR_LANES) and (b - 1) * per < info.K]
+
+
 def block_choices(C: int) -> list:
     """Input channels per block: the powers of two from 4 to 64 below ``C``, and ``C`` itself up to 64."""
     return sorted({b for b in (4, 8, 16, 32, 64) if b < C} | ({C} if C <= 64 else set()))
@@ -82,7 +91,7 @@ def spare_registers(info: ConvInfo, registers: int, vectors: int) -> int:
 GUARDED_COST = 4.0   # a guarded edge tile's time per useful FMA, in full tiles' (memory accumulators)
 
 
-def _edge_share(n: int, t: int) -> float:
+def edge_share(n: int, t: int) -> float:
     """Useful share of the time over ``n`` in tiles of ``t``: the edge tile runs guarded code (a
     single tile wider than ``n`` is clipped to it instead: its waste is the lanes past ``n``)."""
     if n < t:
@@ -103,10 +112,15 @@ def heuristic_tile(info: ConvInfo, lanes: int, registers: int) -> tuple:
     best, best_score = (lanes, 1, 1), -1.0
     # a depthwise window reuses no weight vector across channels: one vector per tile, more tasks
     widths = lane_choices(info.K, lanes)[:1] if info.depthwise else lane_choices(info.K, lanes)
-    if info.blocked:
-        # no tile of whole blocks that leaves fewer blocks to the last tile, which runs the wide
+    if info.blocked and not info.depthwise:
+        # whole blocks, as the space offers them: a narrower tile scored here and rounded up to a
+        # block afterwards kept too few registers per vector (AVX2's 8 lanes in blocks of 16: 7
+        # columns of 1 vector became 6 columns of 2 and a guarded edge column pair;
+        # docs/decisions/054-blocked-conv-start-scores-whole-blocks.md) ...
+        widths = block_widths(info)
+        # ... and no tile of whole blocks that leaves fewer blocks to the last tile, which runs the wide
         # tile's code guarded: docs/decisions/048-conv-tiles-share-out-the-channel-blocks.md
-        widths = [kb for kb in widths if kb % info.kb or info.K % kb == 0] or widths
+        widths = [kb for kb in widths if info.K % kb == 0 and kb % lanes == 0] or widths
     for kb in widths:
         m = -(-kb // lanes)
         for pt in (1, 2, 3, 4):
@@ -116,7 +130,7 @@ def heuristic_tile(info: ConvInfo, lanes: int, registers: int) -> tuple:
                 acc = pt * qt * m
                 if acc + m + spare_registers(info, registers, m) > registers:
                     continue
-                use_k, use_q, use_p = _edge_share(info.K, kb), _edge_share(info.Q, qt), _edge_share(info.P, pt)
+                use_k, use_q, use_p = edge_share(info.K, kb), edge_share(info.Q, qt), edge_share(info.P, pt)
                 # ties: more weight vectors per broadcast (14 x 2 vectors loads 16 per 28 FMAs, 28 x 1 loads 29)
                 score = acc * use_k * use_q * use_p * (kb / (m * lanes)) * (1 + 0.01 * min(m, 2))
                 if score > best_score + 1e-9:
@@ -144,7 +158,7 @@ def depthwise_tile(info: ConvInfo, lanes: int) -> int:
     unrolled = [qt for qt in widths if qt * info.R * info.S <= REGISTER_TILE_UNROLL]
     if unrolled and unrolled[-1] * m >= DW_UNROLLED_LEAST:
         widths = unrolled
-    return max(widths, key=lambda qt: (round(qt * _edge_share(info.Q, qt), 9), -qt))
+    return max(widths, key=lambda qt: (round(qt * edge_share(info.Q, qt), 9), -qt))
 
 
 def local_rows(choices: list, row_values: int, other_tasks: int, p_tiles: int, cores: int) -> int:
@@ -209,8 +223,7 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
         per = info.kb
         # (a depthwise conv: one block, its tasks as many as its blocks)
         src.hint(f"{name}.kb", per if info.depthwise and info.weights is not None else min(4, max(1, kb0 // per)) * per)
-        kb = src.choose(f"{name}.kb", [per] if info.grouped else
-                        [b * per for b in (1, 2, 3, 4) if b * per <= max(per, MAX_VECTOR_LANES) and (b - 1) * per < info.K])
+        kb = src.choose(f"{name}.kb", block_widths(info))
         cb = info.cb
     else:
         src.hint(f"{name}.kb", kb0)

@@ -26,6 +26,7 @@ from tensorir.te import Reduce, TensorRead
 from tensorir.te.expr import Binary, BinOp
 
 from .conv_match import matching_stages
+from .conv_space import edge_share
 from .tiling import fuse_loops, split_all
 
 QT_CHOICES = (1, 2, 3, 4, 5, 6, 7, 8, 12, 14, 16)   # register-tile tiles offered
@@ -79,25 +80,24 @@ def _match(g, st) -> WinogradInfo | None:
                         POSITIONS[e_])
 
 
-def _share(n: int, t: int) -> float:
-    """Useful share of ``n`` iterations in tiles of ``t`` (an edge tile costs a whole one)."""
-    return n / (-(-n // t) * t)
-
-
 def start_tile(tiles_q: int, k: int, lanes: int, registers: int) -> tuple:
     """``(kv, qt)``: accumulators ``qt * kv/lanes`` plus ``kv/lanes`` vectors of ``U`` filling the vector
     registers, the broadcast of ``V`` a memory operand of the FMAs (on AVX-512, 7 x 4 vectors ran
     1.00 ms on ResNet's 64@56 layer, 14 x 2 vectors 1.07 ms, at 1 thread, in runs one after the other:
-    within noise, decision 044); ties: more vectors per broadcast."""
+    within noise, decision 044); ties: more vectors per broadcast.  As in the convolution rule, a
+    partial last tile runs guarded code with its accumulators in memory (``edge_share``), and widths
+    that divide the output channels come first: on AVX2, 3 vectors x 4 tiles over 256 channels in
+    groups of 128 and rows of 7 tiles ran at 8 GFLOP/s, 1 vector x 7 tiles at 65
+    (docs/decisions/054-blocked-conv-start-scores-whole-blocks.md)."""
     best, best_score = (lanes, 1), -1.0
-    for m in (1, 2, 3, 4):
+    widths = [m for m in (1, 2, 3, 4) if (m - 1) * lanes < k]
+    widths = [m for m in widths if k % (m * lanes) == 0] or widths
+    for m in widths:
         kv = m * lanes
-        if (m - 1) * lanes >= k:
-            continue
         for qt in QT_CHOICES:
             if qt > tiles_q or qt * m + m > registers - (0 if registers >= 32 else 1):
                 continue
-            score = qt * m * _share(tiles_q, qt) * _share(k, kv) * (1 + 0.01 * m)
+            score = qt * m * edge_share(tiles_q, qt) * edge_share(k, kv) * (1 + 0.01 * m)
             if score > best_score + 1e-9:
                 best, best_score = (kv, qt), score
     return best
@@ -108,21 +108,21 @@ TASK_TILES_BIG_U = 64      # where it does not (U streams from L3)
 BIG_U = 1 << 20            # bytes of U past which a task takes more tiles
 
 
-def start_tasks(n: int, info: WinogradInfo, kblocks: int, kb: int, cores: int) -> tuple:
+def start_tasks(n: int, info: WinogradInfo, kblocks: int, kb: int, cores: int, kv: int = 1) -> tuple:
     """``(rows, groups)``: tile rows per task, so that a task multiplies enough tiles by each row of ``U``
     it reads (ResNet's 256@14 at 1 thread: 1.81 ms with one row of 7 tiles per task, 1.07 ms with the
     plane's 49; decision 044), and groups of output channels, so that there are tasks for every core.
     F(4x4, 3x3) keeps 28 tiles per task however large ``U``: each group of output channels transforms the
     task's windows again, and its 36-position transform is costly (128@28, each against F(2x2, 3x3) side by
     side: 0.96x / 1.04x at 1 / 2 threads with 49 tiles in two groups, 1.39x / 1.40x with 28 in one;
-    decision 046)."""
+    decision 046).  A group's channels are whole register tiles of ``kv``."""
     u_bytes = (info.tile + 2) ** 2 * info.C * info.K * 4
     want = TASK_TILES if u_bytes <= BIG_U or info.tile == 4 else TASK_TILES_BIG_U
     rows = min(info.tiles, -(-want // info.tiles_q))
     tasks = n * -(-info.tiles // rows)
     groups = 1
     for g in (2, 4, 8):
-        if tasks * groups >= cores or kblocks % g or (kblocks // g) * kb < 32:
+        if tasks * groups >= cores or kblocks % g or (kblocks // g) * kb < max(32, kv) or (kblocks // g) * kb % kv:
             break
         groups = g
     if tasks * groups < cores:       # no channel groups to split: fewer rows per task instead
@@ -150,7 +150,7 @@ def tile_winograd(space, s, src, info: WinogradInfo):
     kv = src.choose(f"{info.product}.kv", kvs)
     src.hint(f"{info.product}.qt", qt0)
     qt = src.choose(f"{info.product}.qt", sorted({q for q in QT_CHOICES if q <= info.tiles_q} | {qt0}))
-    rows0, groups0 = start_tasks(n_, info, kblocks, kb, space.options.cores)
+    rows0, groups0 = start_tasks(n_, info, kblocks, kb, space.options.cores, kv)
     src.hint(f"{out}.rows", rows0)
     rows = src.choose(f"{out}.rows", sorted({r for r in ROW_CHOICES if r <= info.tiles} | {1, info.tiles, rows0}))
     src.hint(f"{out}.kgroups", groups0)

@@ -351,3 +351,19 @@ def test_the_weight_block_is_prefetched_as_decided(distance):
     s = space.apply(FixedDecisions({**start, name: distance}))
     assert ("prefetch(" in str(s.lower())) == (distance > 0)
     _run(s, workload, params)
+
+
+@pytest.mark.parametrize("C,K,H,R", [(576, 96, 14, 1), (512, 512, 7, 3), (64, 128, 28, 3), (48, 48, 13, 3)])
+def test_a_blocked_start_on_avx2_scores_the_tiles_of_whole_blocks_it_builds(C, K, H, R):
+    # blocks of 16 channels are two AVX2 vectors: the start is scored as such a tile (within the 16
+    # registers, no column edge the score did not count), not as a one-vector tile rounded up afterwards
+    # (1x1 576->96 at 14x14: 7 columns of 1 vector became 6 of 2 and a guarded edge: 0.2x onnxruntime)
+    params = dict(N=1, C=C, H=H, W=H, K=K, R=R, S=R, stride=1, pad=R // 2, cb=16, kb=16, dtype="float32")
+    space = GeneratedSpace(get_workload("conv2d_nchwc").make(**params), AVX2)
+    d = space.default_decisions()
+    (info,) = find_convs(Schedule(get_workload("conv2d_nchwc").make(**params)).stage_graph()).values()
+    assert (d["Y.kb"], d["Y.qt"], d["Y.pt"]) == heuristic_tile(info, 8, 16)
+    m = d["Y.kb"] // 8
+    assert d["Y.kb"] % 16 == 0 and d["Y.qt"] * d["Y.pt"] * m + m + 1 <= 16
+    if H < 14:
+        _run(space, "conv2d_nchwc", params, FixedDecisions(d))

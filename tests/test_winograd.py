@@ -174,3 +174,12 @@ def test_f4_residual_block_matches_onnxruntime():
     assert _winograd_groups(model, (36,)) == 2
     _check(model)
     _check(model, threads=2)
+
+
+def test_start_tile_takes_whole_tiles_of_the_channels_and_the_row_where_it_can():
+    # AVX2, ResNet's 256@14 (7 tiles a row): 3 vectors x 4 tiles left a ragged channel tile per group of
+    # 128 and a guarded edge of 3 tiles (8 GFLOP/s); 1 vector x 7 tiles divides both (65 GFLOP/s)
+    assert start_tile(7, 256, 8, 16) == (8, 7)
+    for tiles_q, k, lanes, regs in [(7, 256, 8, 16), (14, 128, 8, 16), (4, 512, 8, 16), (10, 96, 16, 32)]:
+        kv, qt = start_tile(tiles_q, k, lanes, regs)
+        assert k % kv == 0 and tiles_q % qt == 0 and qt * kv // lanes + kv // lanes <= regs - (regs < 32)

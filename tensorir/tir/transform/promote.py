@@ -75,7 +75,12 @@ class _Promoter:
         return s
 
     def tiles_in_body(self, body):
-        """Straight-line ``body``: small tiles it reads and rewrites repeatedly go to registers."""
+        """Straight-line ``body``: small tiles it reads and rewrites repeatedly go to registers.  A
+        branch (a tile loop's full tiles beside its guarded edge) is looked at one side at a time: each
+        side is straight-line code of its own, and a copy around one side is exact."""
+        if isinstance(body, IfThenElse):
+            return IfThenElse(body.cond, self.tiles_in_body(body.then),
+                              None if body.otherwise is None else self.tiles_in_body(body.otherwise))
         for buf, indices, loops in repeated_tiles(body, skip=self.copies):
             tmp, tidx, copy_in, copy_out = self.tile(buf, indices, loops)
             body = Allocate(tmp, seq(copy_in, _redirect(body, buf, indices, tmp, tidx), copy_out))

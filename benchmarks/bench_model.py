@@ -127,7 +127,8 @@ def bench(name: str, threads: int, rounds: int, log, layouts_ab: bool = False, b
     if f4_ab:
         _ab(row, res, "f2", "f4", "F(2x2, 3x3) only (WINOGRAD_F4=False)", "default", "F(2x2) only", log)
     if space_ab:
-        _ab(row, res, "space", "default", f"with schedules.space.{space_ab}", "default", space_ab, log)
+        where = "" if "." in space_ab.split("=")[0] else "schedules.space."
+        _ab(row, res, "space", "default", f"with {where}{space_ab}", "default", space_ab, log)
     print(f"  raw tensortune ms: {' '.join(f'{v * 1e3:.3f}' for v in row['tt_all'])}", file=log)
     print(f"  raw onnxruntime ms: {' '.join(f'{v * 1e3:.3f}' for v in row['ort_all'])}", file=log, flush=True)
     return row
@@ -140,13 +141,15 @@ def _compiled_with(graph, threads: int, flag: str):
 
 
 def _compiled_with_space(graph, threads: int, setting: str):
-    """The model compiled with ``schedules.space.NAME`` set to the integer VALUE of ``setting`` ("NAME=VALUE";
-    restored after): a heuristic start's constant against its default."""
-    import schedules.space as space
+    """The model compiled with ``schedules.space.NAME`` (or ``package.module.NAME``) set to the integer VALUE
+    of ``setting`` ("NAME=VALUE"; restored after): a heuristic start's constant against its default."""
+    import importlib
     name, value = setting.split("=", 1)
-    if not hasattr(space, name):
-        raise SystemExit(f"bench_model: schedules.space has no {name!r}")
-    return _compiled_with_setting(graph, threads, space, name, int(value))
+    where, _, name = name.rpartition(".")
+    module = importlib.import_module(where or "schedules.space")
+    if not hasattr(module, name):
+        raise SystemExit(f"bench_model: {module.__name__} has no {name!r}")
+    return _compiled_with_setting(graph, threads, module, name, int(value))
 
 
 def _compiled_with_setting(graph, threads: int, module, name: str, value):
@@ -199,7 +202,8 @@ def main(argv=None) -> int:
     p.add_argument("--f4-ab", action="store_true",
                    help="also time the model with F(2x2, 3x3) only (no F(4x4, 3x3))")
     p.add_argument("--space-ab", metavar="NAME=VALUE",
-                   help="also time the model built with schedules.space.NAME = VALUE, e.g. FEW_ROWS_TASK_COLUMNS=256")
+                   help="also time the model built with schedules.space.NAME (or package.module.NAME) = VALUE, "
+                        "e.g. FEW_ROWS_TASK_COLUMNS=256 or graph.lower.layout.BLOCKS_FIT_ROWS=0")
     p.add_argument("--out", help="also write the raw output to FILE")
     args = p.parse_args(argv)
     import llvmlite.binding as llvm

@@ -160,3 +160,29 @@ def test_blocked_storage_round_trips():
     s = to_storage(a, "nchw8c")
     assert s.shape == (2, 3, 3, 5, 8) and s[1, 2, 0, 4, 3] == a[1, 2 * 8 + 3, 0, 4]
     assert np.array_equal(from_storage(s, "float32", a.shape, "nchw8c"), a)
+
+
+def test_a_row_too_narrow_for_a_two_vector_tile_takes_one_vector_blocks():
+    from graph.lower.layout import _out_block, row_fits
+    # AVX2 (16 registers of 8 lanes): 2 vectors x 7 columns + 2 weight vectors + a broadcast = 17
+    assert not row_fits(16, 7, 8) and row_fits(8, 7, 8) and row_fits(16, 14, 8) and row_fits(16, 1, 8)
+    assert (_out_block(512, 7, 8), _out_block(512, 14, 8), _out_block(512, 7, 16)) == (8, 16, 32)
+    assert _out_block(48, 7, 8) == 8 and _out_block(20, 7, 8) == 10      # (no block of 8 divides 20)
+    assert _out_block(48, 17, 8) == 16      # (a prime row no tile of either block fits: the first block)
+
+
+def test_a_model_computes_in_the_blocks_its_rows_fit(monkeypatch):
+    # the plan asks each conv output for the block whose tile fits its row, and a model whose consecutive
+    # convs then exchange blocks of different sizes (16 at 14 columns, 8 at 7) computes what onnxruntime does
+    import graph.lower.layout as layout
+    monkeypatch.setattr(layout, "row_fits", lambda block, width, lanes: width > 7 or block <= 8)
+    n = Net([1, 16, 14, 14])
+    a = n.op("Relu", [n.conv("x", 16, 32, 3, pads=(1, 1, 1, 1))])
+    b = n.op("Relu", [n.conv(a, 32, 32, 3, stride=2, pads=(1, 1, 1, 1))])
+    c = n.conv(b, 32, 16, 1)
+    model = n.model([n.op("Flatten", [n.op("GlobalAveragePool", [c])])])
+    plan = plan_graph(load(model))
+    blocks = {g.outputs[0]: block_of(plan.layouts[g.outputs[0]]) for g in plan.groups
+              if any(nd.op == "Conv" for nd in g.nodes) and g.outputs[0] in plan.layouts}
+    assert sorted(blocks.values()) == sorted([next(b for b in out_blocks() if 32 % b == 0), 8, 8]), blocks
+    _check(model)

@@ -23,12 +23,12 @@ from graph.ops.registry import Pattern, get_op
 from tensorir.target import Target
 
 
-def out_blocks() -> tuple:
+def out_blocks(lanes: int | None = None) -> tuple:
     """Output-channel blocks of a blocked conv output, preferred first: two vectors of float32 (the
     convolution rule's register tile starts with two weight vectors per broadcast: one contiguous
     stream of packed weights), one vector, 8. AVX-512: 32, 16, 8 (ResNet-18 at 1 thread: the 64@56
     convs 1.72-1.85 ms with blocks of 32 against 2.07-2.33 with 16; decision 035)."""
-    lanes = Target.host().lanes32
+    lanes = lanes or Target.host().lanes32
     return tuple(sorted({2 * lanes, lanes, 8}, reverse=True))
 
 
@@ -124,12 +124,31 @@ def _anchor_types(graph: Graph, group):
     return anchor, t, x, w
 
 
-def _out_block(k: int) -> int:
-    """The block of ``k`` output channels: the first of :func:`out_blocks` that divides ``k``, else one
-    block of the largest divisor up to two vectors (10 channels: one block of 10, a partial vector),
-    so that a conv with an odd channel count does not turn its producers row-major."""
-    return next((b for b in out_blocks() if k % b == 0), None) or max(d for d in range(1, out_blocks()[0] + 1)
-                                                                      if k % d == 0)
+# A block of output channels whose register tile cannot cover a divisor of the output row is skipped
+# for the next (docs/decisions/055-avx2-narrow-rows-take-one-vector-blocks.md); False: the first that divides
+BLOCKS_FIT_ROWS = True
+
+
+def _out_block(k: int, width: int | None = None, lanes: int | None = None) -> int:
+    """The block of ``k`` output channels: the first of :func:`out_blocks` that divides ``k`` (and, given
+    the output row's ``width``, whose tile fits a row: :func:`row_fits`), else one block of the largest
+    divisor up to two vectors (10 channels: one block of 10, a partial vector), so that a conv with an odd
+    channel count does not turn its producers row-major."""
+    lanes = lanes or Target.host().lanes32
+    blocks = [b for b in out_blocks(lanes) if k % b == 0]
+    if width is not None and BLOCKS_FIT_ROWS:
+        blocks = [b for b in blocks if row_fits(b, width, lanes)] or blocks
+    return blocks[0] if blocks else max(d for d in range(1, 2 * lanes + 1) if k % d == 0)
+
+
+def row_fits(block: int, width: int, lanes: int) -> bool:
+    """Whether a register tile of one ``block`` of output channels over some divisor (2 or more) of an
+    output row of ``width`` fits the vector registers (accumulators, the block's weight vectors and a
+    broadcast; 16 registers of 8 lanes, 32 of 16): AVX2's two-vector blocks leave a row of 7 one column
+    per tile or a guarded edge (ResNet-18's 3x3 512@7 started at 34 GFLOP/s in blocks of 16, 57 in 8)."""
+    registers = 32 if lanes >= 16 else 16
+    m = -(-block // lanes)
+    return width < 2 or any(width % d == 0 and m * d + m + 1 <= registers for d in range(2, width + 1))
 
 
 def _blocked_conv(graph: Graph, group):
@@ -144,7 +163,7 @@ def _blocked_conv(graph: Graph, group):
         # a stem's few input channels: the row-major form packs them per row task as plain rows
         # (decision 023); computed blocked, ResNet-18's 7x7 stem took 2.2x as long
         return None
-    return _out_block(t.shape[1])
+    return _out_block(t.shape[1], t.shape[3])
 
 
 def _blocked_grouped(graph: Graph, group):

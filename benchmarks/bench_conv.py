@@ -225,11 +225,11 @@ def layer_spec(workload: str, params: dict, form: str) -> WorkloadSpec:
                                                               tile=winograd_tile(out)))
         # a model blocks an output row too narrow for a two-vector register tile in one vector (AVX2,
         # decision 055); its producer, at this input's width, likewise
-        from graph.lower.layout import _out_block
+        from graph.lower.layout import out_block
         spec = blocked_spec(workload, params)
         q = spec.params
-        return WorkloadSpec("conv2d_nchwc", {**q, "cb": min(q["cb"], _out_block(q["C"], q["W"])),
-                                             "kb": min(q["kb"], _out_block(q["K"], out[1]))})
+        return WorkloadSpec("conv2d_nchwc", {**q, "cb": min(q["cb"], out_block(q["C"], q["W"])),
+                                             "kb": min(q["kb"], out_block(q["K"], out[1]))})
     return blocked_spec(workload, params)
 
 

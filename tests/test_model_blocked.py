@@ -163,12 +163,12 @@ def test_blocked_storage_round_trips():
 
 
 def test_a_row_too_narrow_for_a_two_vector_tile_takes_one_vector_blocks():
-    from graph.lower.layout import _out_block, row_fits
+    from graph.lower.layout import out_block, row_fits
     # AVX2 (16 registers of 8 lanes): 2 vectors x 7 columns + 2 weight vectors + a broadcast = 17
     assert not row_fits(16, 7, 8) and row_fits(8, 7, 8) and row_fits(16, 14, 8) and row_fits(16, 1, 8)
-    assert (_out_block(512, 7, 8), _out_block(512, 14, 8), _out_block(512, 7, 16)) == (8, 16, 32)
-    assert _out_block(48, 7, 8) == 8 and _out_block(20, 7, 8) == 10      # (no block of 8 divides 20)
-    assert _out_block(48, 17, 8) == 16      # (a prime row no tile of either block fits: the first block)
+    assert (out_block(512, 7, 8), out_block(512, 14, 8), out_block(512, 7, 16)) == (8, 16, 32)
+    assert out_block(48, 7, 8) == 8 and out_block(20, 7, 8) == 10      # (no block of 8 divides 20)
+    assert out_block(48, 17, 8) == 16      # (a prime row no tile of either block fits: the first block)
 
 
 def test_a_model_computes_in_the_blocks_its_rows_fit(monkeypatch):

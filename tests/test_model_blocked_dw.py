@@ -54,9 +54,9 @@ def test_depthwise_convolutions_keep_the_chain_blocked():
     # the last depthwise conv reads blocked data, so it writes its graph output blocked and a
     # relayout group copies it to row-major
     # (d's row of 7 columns: blocks of 16 where a tile of them fits it, AVX-512; else 8, decision 055)
-    from graph.lower.layout import _out_block
-    assert {v: block_of(plan.layouts.get(v)) for v in (a, b, c, d)} == {a: 8, b: 8, c: 8, d: _out_block(144, 7)}
-    assert block_of(plan.layouts.get(f"{e}.blocked")) == _out_block(144, 7) and e not in plan.layouts
+    from graph.lower.layout import out_block
+    assert {v: block_of(plan.layouts.get(v)) for v in (a, b, c, d)} == {a: 8, b: 8, c: 8, d: out_block(144, 7)}
+    assert block_of(plan.layouts.get(f"{e}.blocked")) == out_block(144, 7) and e not in plan.layouts
     infos = _dw_infos(plan)
     assert set(infos) == {a, c, f"{e}.blocked"}
     for v, info in infos.items():

@@ -129,7 +129,7 @@ def _anchor_types(graph: Graph, group):
 BLOCKS_FIT_ROWS = True
 
 
-def _out_block(k: int, width: int | None = None, lanes: int | None = None) -> int:
+def out_block(k: int, width: int | None = None, lanes: int | None = None) -> int:
     """The block of ``k`` output channels: the first of :func:`out_blocks` that divides ``k`` (and, given
     the output row's ``width``, whose tile fits a row: :func:`row_fits`), else one block of the largest
     divisor up to two vectors (10 channels: one block of 10, a partial vector), so that a conv with an odd
@@ -163,7 +163,7 @@ def _blocked_conv(graph: Graph, group):
         # a stem's few input channels: the row-major form packs them per row task as plain rows
         # (decision 023); computed blocked, ResNet-18's 7x7 stem took 2.2x as long
         return None
-    return _out_block(t.shape[1], t.shape[3])
+    return out_block(t.shape[1], t.shape[3])
 
 
 def _blocked_grouped(graph: Graph, group):
@@ -226,7 +226,7 @@ def choose_blocked(graph: Graph, groups: list) -> dict:
             if conv_block[id(g)]:
                 layouts[out] = blocked(conv_block[id(g)])
             elif id(g) in depthwise:
-                layouts[out] = layouts.get(depthwise[id(g)]) or blocked(_out_block(graph.types[out].shape[1]))
+                layouts[out] = layouts.get(depthwise[id(g)]) or blocked(out_block(graph.types[out].shape[1]))
             elif id(g) in keeps:
                 c = graph.types[out].shape[1]
                 src = next((layouts[v] for v in g.inputs if v in layouts and graph.types[v].rank == 4

@@ -13,7 +13,7 @@ from schedules.lowering.bounds import infer_bounds
 from schedules.lowering.guards import GuardScope, for_all_inner
 from schedules.space import FixedDecisions, GeneratedSpace, SpaceOptions
 from tensorir.codegen import codegen
-from tensorir.te.expr import Binary, BinOp, Const, Var
+from tensorir.te.expr import Binary, BinOp, Const, Select, Var
 from tensorir.tir.analysis import affine, int_range
 from tensorir.tir.ir import Allocate, ForKind, IfThenElse, PrimFunc, Scope, Seq, Store
 from tensorir.tir.transform.promote import promote_func
@@ -206,6 +206,33 @@ def test_vector_chunks_leave_other_loops_alone():
     assert chunk_vectors(serial_inside, 8) is serial_inside      # codegen runs it serially: not SIMD
     too_wide = PrimFunc("w", (buf("W", (300,)),), loop(i, 300, st(buf("W", (300,)), (i,), c(0.0)), VECTORIZED))
     assert chunk_vectors(too_wide, 8) is too_wide
+
+
+def test_a_masked_loop_wider_than_the_target_vectors_is_cut_into_native_pieces():
+    """LLVM's x86 backend miscompiles the masked loads it splits itself (an AVX-512-width max pool
+    replayed on AVX2 read the next row into its padding), so a guarded or selecting SIMD loop wider
+    than the target's vectors reaches codegen in native pieces; an unmasked one stays whole."""
+    A, O = buf("A", (3, 23)), buf("O", (3, 25))
+    r, j, h = Var("r"), Var("j"), Var("h")
+    col = add(mul(h, _i(16)), j)
+    inside = Binary(BinOp.AND, Binary(BinOp.GE, col, _i(1)), Binary(BinOp.LT, col, _i(24)))
+    pad = st(O, (r, col), Select(inside, ld(A, r, Binary(BinOp.SUB, col, _i(1))), c(-3e38)))
+    guarded = IfThenElse(Binary(BinOp.LT, col, _i(25)), pad, None)
+    a = rand((3, 23))
+    want = np.full((3, 25), -3e38, np.float32)
+    want[:, 1:24] = a
+    for body in (guarded, pad):
+        f = PrimFunc("pad", (A, O), loop(r, 3, loop(h, 2 if body is guarded else 1, loop(j, 16, body, VECTORIZED),
+                                                     UNROLLED)))
+        g = chunk_vectors(f, 8)
+        pieces = g.body.body.body.stmts
+        assert [(p.extent, p.kind) for p in pieces] == [(8, VECTORIZED), (8, VECTORIZED)]
+        assert chunk_vectors(f, 16) is f and chunk_vectors(g, 8) is g
+    o = np.zeros((3, 25), np.float32)
+    run(PrimFunc("pad", (A, O), loop(r, 3, loop(h, 2, loop(j, 16, guarded, VECTORIZED), UNROLLED))), a, o)
+    np.testing.assert_array_equal(o, want)
+    plain = PrimFunc("p", (A,), loop(j, 16, st(A, (0, j), c(0.0)), VECTORIZED))
+    assert chunk_vectors(plain, 8) is plain
 
 
 # ------------------------------------------------------------------ loop_nest's parts

@@ -14,11 +14,17 @@ power-of-two remainders, each body reading the variable shifted by the piece's o
                                                  B[j + 32] = A[j + 32]
 
 A last piece of one lane is a single-iteration loop (plain scalar code).
+
+A power-of-two loop wider than the target's vectors whose body is masked (a guard, or a select
+whose lanes code generation masks) is cut into ``native``-lane pieces as well: LLVM 22's x86
+backend miscompiles masked loads it has to split itself (an AVX-512-width schedule on an AVX2
+host: a half whose mask is all off became a plain load of the memory it must not read, and a
+max pool's padding took the next row's values).  Pieces of the native width are never split.
 """
 from __future__ import annotations
 
-from tensorir.te.expr import Binary, BinOp, Const, Var
-from tensorir.tir.ir import Allocate, For, IfThenElse, PrimFunc, Seq, is_simd_loop
+from tensorir.te.expr import Binary, BinOp, Const, Select, Var, children
+from tensorir.tir.ir import Allocate, For, IfThenElse, PrimFunc, Seq, Store, is_simd_loop, walk_stmts
 from tensorir.tir.rewrite import rewrite_stmt, substitute
 
 
@@ -33,15 +39,16 @@ def chunk_vectors(func: PrimFunc, native: int) -> PrimFunc:
     return func if body is func.body else PrimFunc(func.name, func.params, body)
 
 
-def vector_chunks(extent: int, native: int) -> list:
+def vector_chunks(extent: int, native: int, masked: bool = False) -> list:
     """``[(offset, lanes)]`` covering ``range(extent)`` with vector widths LLVM handles well.
 
     A power-of-two extent stays one vector (LLVM splits it into registers);
     any other is cut into ``native``-lane pieces plus power-of-two remainders
     (48 -> 16+16+16, 58 -> 16+16+16+8+2): LLVM legalizes a ``<48 x float>``
-    into element-by-element inserts, many times slower.
+    into element-by-element inserts, many times slower.  A ``masked`` loop is cut
+    into ``native``-lane pieces also when its extent is a power of two.
     """
-    if extent & (extent - 1) == 0:
+    if extent & (extent - 1) == 0 and not (masked and extent > native):
         return [(0, extent)]
     out, off = [], 0
     while extent - off >= native:
@@ -54,6 +61,21 @@ def vector_chunks(extent: int, native: int) -> list:
     return out
 
 
+def masked_body(body) -> bool:
+    """Whether a SIMD loop's ``body`` computes under a lane mask: a guard or a select."""
+    for s in walk_stmts(body):
+        if isinstance(s, IfThenElse):
+            return True
+        if isinstance(s, Store):
+            stack = [s.value, *s.indices]
+            while stack:
+                e = stack.pop()
+                if isinstance(e, Select):
+                    return True
+                stack.extend(children(e))
+    return False
+
+
 def shift_var(body, var: Var, off: int):
     """``body`` with ``var`` replaced by ``var + off``."""
     shifted = {var: Binary(BinOp.ADD, var, Const(off, "int32"))}
@@ -63,10 +85,11 @@ def shift_var(body, var: Var, off: int):
 def _chunk(s, native: int):
     if isinstance(s, For):
         if is_simd_loop(s):
-            if s.extent & (s.extent - 1) == 0:
+            pieces = vector_chunks(s.extent, native, s.extent > native and masked_body(s.body))
+            if len(pieces) == 1:
                 return s
             return Seq(tuple(For(s.var, lanes, s.kind, s.body if off == 0 else shift_var(s.body, s.var, off))
-                             for off, lanes in vector_chunks(s.extent, native)))
+                             for off, lanes in pieces))
         body = _chunk(s.body, native)
         return s if body is s.body else For(s.var, s.extent, s.kind, body)
     if isinstance(s, Seq):

@@ -13,6 +13,7 @@ from schedules.lowering.bounds import infer_bounds
 from schedules.lowering.guards import GuardScope, for_all_inner
 from schedules.space import FixedDecisions, GeneratedSpace, SpaceOptions
 from tensorir.codegen import codegen
+from tensorir.ops.registry import get_workload
 from tensorir.te.expr import Binary, BinOp, Const, Select, Var
 from tensorir.tir.analysis import affine, int_range
 from tensorir.tir.ir import Allocate, ForKind, IfThenElse, PrimFunc, Scope, Seq, Store
@@ -266,6 +267,21 @@ def test_guards_alone():
         assert isinstance(guarded, IfThenElse) and guarded.then is body
         with scope.loop(i0):
             assert scope.split([(cond, True)]) == ([], [(cond, True)])
+
+
+def test_the_guarded_copy_of_a_task_runs_its_full_tiles_guard_free():
+    """A task of 15 output rows in tiles of 3 over 28 rows: its second task holds one edge tile.  The
+    guarded copy is versioned again at the row tiles, so its four full tiles get register accumulators
+    too (two promoted tiles, each with its tap copy, instead of one), and the result stays exact."""
+    params = dict(N=1, C=32, H=56, W=56, K=32, R=3, S=3, stride=2, pad=1, cb=16, kb=16, dtype="float32")
+    wl = get_workload("conv2d_nchwc")
+    space = GeneratedSpace(wl.make(**params), SpaceOptions(vector_bits=256, cores=2))
+    s = space.apply(FixedDecisions(space.default_decisions({"Y.pt": 3, "Y.qt": 2, "Y.p2": 5})))
+    assert str(s.lower(target=GOLDEN_TARGET)).count("alloc_local([3, 2, 16]") == 4
+    ins = wl.inputs(seed=2, **params)
+    out = np.full(s.tensors[-1].shape, np.nan, np.float32)
+    s.build()(*ins, out)
+    np.testing.assert_allclose(out, wl.reference(ins, **params)[0], rtol=1e-4, atol=1e-4)
 
 
 def test_affine_form_is_shared():

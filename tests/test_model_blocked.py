@@ -155,6 +155,22 @@ def test_odd_channel_counts_and_other_readers_keep_the_chain_blocked():
     _check(model, threads=2)
 
 
+def test_channel_counts_no_block_of_8_divides_take_blocks_of_the_fullest_vectors():
+    # 20 channels: one block of 8 + 8 + 4 lanes on AVX2 (not two of 8 + 2); 44: 22 or 44; each read by
+    # the next conv and a depthwise conv in that block
+    from graph.lower.layout import out_block
+    n = Net([1, 16, 9, 9])
+    a = n.op("Relu", [n.conv("x", 16, 20, 3, pads=(1, 1, 1, 1))])
+    b = n.conv(a, 20, 44, 1)
+    c = n.conv(b, 44, 44, 3, pads=(1, 1, 1, 1), group=44)
+    model = n.model([n.conv(c, 44, 8, 1)])
+    plan = plan_graph(load(model))
+    assert plan.layouts.get(a) == f"nchw{out_block(20, 9)}c" and out_block(20, 9) == 20
+    assert plan.layouts.get(b) == f"nchw{out_block(44, 9)}c" and out_block(44, 9) in (22, 44)
+    _check(model)
+    _check(model, threads=2)
+
+
 def test_blocked_storage_round_trips():
     a = np.random.default_rng(0).standard_normal((2, 24, 3, 5)).astype(np.float32)
     s = to_storage(a, "nchw8c")
@@ -167,7 +183,8 @@ def test_a_row_too_narrow_for_a_two_vector_tile_takes_one_vector_blocks():
     # AVX2 (16 registers of 8 lanes): 2 vectors x 7 columns + 2 weight vectors + a broadcast = 17
     assert not row_fits(16, 7, 8) and row_fits(8, 7, 8) and row_fits(16, 14, 8) and row_fits(16, 1, 8)
     assert (out_block(512, 7, 8), out_block(512, 14, 8), out_block(512, 7, 16)) == (8, 16, 32)
-    assert out_block(48, 7, 8) == 8 and out_block(20, 7, 8) == 10      # (no block of 8 divides 20)
+    assert out_block(48, 7, 8) == 8 and out_block(20, 7, 8) == 20      # (no block of 8 divides 20: 8 + 8 + 4 lanes)
+    assert (out_block(44, 7, 8), out_block(36, 7, 8), out_block(30, 7, 8)) == (22, 12, 15)   # fullest vectors
     assert out_block(48, 17, 8) == 16      # (a prime row no tile of either block fits: the first block)
 
 

@@ -144,7 +144,8 @@ def odd_block(k: int, lanes: int) -> int:
     """The block of ``k`` channels no block of 8 divides: the divisor up to four vectors whose vectors
     carry the most channels (ties: the largest up to two vectors, else the largest).  Each block's last
     vector is partial, so 20 channels on AVX2 take one block of 8 + 8 + 4 lanes, not two of 8 + 2:
-    a 1x1 conv to 20 channels at 31x31 ran at 23 GFLOP/s in blocks of 10, 3 vectors' work in 4."""
+    a 1x1 conv to 20 channels at 31x31 ran at 21 GFLOP/s in blocks of 10, 37 in one of 20
+    (docs/decisions/057-odd-channel-counts-take-the-fullest-vectors.md)."""
     def key(d):
         return (d / (-(-d // lanes) * lanes), d <= 2 * lanes, d)
     return max((d for d in range(1, 4 * lanes + 1) if k % d == 0), key=key)

@@ -10,7 +10,8 @@ where more bound variables decide the guard for a smaller nest (up to
 ``VERSION_DEPTH`` copies deep): a task whose last row tile is an edge runs its other
 row tiles guard-free, as TVM's loop partitioning does, instead of all of them
 guarded (a 3x3 stride-2 conv in tasks of 15 rows over 28 ran its second task, half
-the work, in guarded code: 0.46x of a tile that divides the rows).
+the work, in guarded code: 0.46x of a tile that divides the rows;
+docs/decisions/056-guarded-copies-are-versioned-again.md).
 
 :class:`GuardScope` holds what the emitter knows at its current position in the
 nest (the ranges of the variables in scope, the loops open, the checks an

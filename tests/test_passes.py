@@ -284,6 +284,34 @@ def test_the_guarded_copy_of_a_task_runs_its_full_tiles_guard_free():
     np.testing.assert_allclose(out, wl.reference(ins, **params)[0], rtol=1e-4, atol=1e-4)
 
 
+def test_an_edge_tile_alone_in_its_guarded_copy_runs_as_a_smaller_tile():
+    """7 output rows in tiles of 2: the last task's guarded copy holds the last tile alone, so its row
+    sum is pinned (the version's check failed, and the sum has no larger value): the guard ``sum + p1
+    < 7`` becomes ``p1 < 1``, the row loop is shortened to one row and the edge tile gets register
+    accumulators of its own (1 x 7 columns), without a test; the result stays exact."""
+    params = dict(N=1, C=32, H=14, W=14, K=16, R=1, S=1, stride=2, pad=0, cb=16, kb=8, dtype="float32")
+    wl = get_workload("conv2d_nchwc")
+    space = GeneratedSpace(wl.make(**params), SpaceOptions(vector_bits=256, cores=2))
+    s = space.apply(FixedDecisions(space.default_decisions({"Y.pt": 2, "Y.qt": 7})))
+    text = str(s.lower(target=GOLDEN_TARGET))
+    assert text.count("alloc_local([2, 7, 8]") == 1 and text.count("alloc_local([1, 7, 8]") == 1
+    ins = wl.inputs(seed=4, **params)
+    out = np.full(s.tensors[-1].shape, np.nan, np.float32)
+    s.build()(*ins, out)
+    np.testing.assert_allclose(out, wl.reference(ins, **params)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_pinned_sums_are_the_last_value_a_failed_check_leaves():
+    from schedules.lowering.guards import pinned_sum
+    i, j = Var("i"), Var("j")
+    ranges = {i: (0, 3), j: (0, 4)}
+    assert pinned_sum(Binary(BinOp.LT, mul(i, _i(2)), _i(6)), ranges) == ({i: 2}, 6)      # i * 2 >= 6: i = 3
+    assert pinned_sum(Binary(BinOp.LT, mul(i, _i(2)), _i(5)), ranges) == ({i: 2}, 6)      # a multiple of 2
+    assert pinned_sum(Binary(BinOp.LT, mul(i, _i(2)), _i(4)), ranges) is None             # 4 or 6
+    assert pinned_sum(Binary(BinOp.GE, add(mul(i, _i(3)), j), _i(1)), ranges) == ({i: 3, j: 1}, 0)
+    assert pinned_sum(Binary(BinOp.LT, add(mul(i, _i(3)), j), _i(16)), ranges) is None    # 16 > 3 * 3 + 4
+
+
 def test_affine_form_is_shared():
     i, j, n = Var("i"), Var("j"), Var("n")
     e = add(Binary(BinOp.SUB, mul(i, _i(4)), mul(_i(2), j)), _i(3))

@@ -18,8 +18,8 @@ from schedules.lowering.guards import GuardScope
 from schedules.lowering.prefetch import prefetch_stmts
 from schedules.state import AttachKind, Stage, StageGraph
 from tensorir.te import AxisKind, Reduce, TensorRead
-from tensorir.te.expr import Binary, BinOp, Expr
-from tensorir.tir.ir import Allocate, For, Load, PrimFunc, Scope, Store, seq
+from tensorir.te.expr import Binary, BinOp, Const, Expr
+from tensorir.tir.ir import Allocate, For, ForKind, IfThenElse, Load, PrimFunc, Scope, Store, seq
 from tensorir.tir.rewrite import rewrite, substitute
 
 
@@ -117,7 +117,9 @@ class _Emitter:
                 inner = guards.guard(ready, inner)
                 if attach:     # (the main nest; an init nest reads nothing)
                     inner = seq(*self._prefetches(s, lay, name), inner)
-            return For(var, ext, s.annotation(name), inner)
+            kind = s.annotation(name)
+            return shortened(For(var, ext, kind, inner)) if kind in (ForKind.SERIAL, ForKind.UNROLLED) else \
+                For(var, ext, kind, inner)
 
         ready, rest = guards.split(conds)
         out = guards.versioned(rest, finish) if not loops else guards.versioned(rest, lambda p: rec(0, p))
@@ -177,3 +179,17 @@ class _Emitter:
                 return Load(buf, idx)
             return None
         return rewrite(e, fn)
+
+
+def shortened(loop: For):
+    """``for v in range(n): if v < k: body`` as ``for v in range(k): body`` (an edge tile whose guard a
+    pinned sum reduced to its own row or column: a smaller tile without a test, which the promote pass
+    keeps in registers; docs/decisions/058-edge-tiles-run-as-smaller-tiles.md)."""
+    s = loop.body
+    if not (isinstance(s, IfThenElse) and s.otherwise is None and isinstance(s.cond, Binary)
+            and s.cond.op is BinOp.LT and s.cond.a == loop.var and isinstance(s.cond.b, Const)):
+        return loop
+    k = s.cond.b.value
+    if k >= loop.extent:
+        return For(loop.var, loop.extent, loop.kind, s.then)
+    return For(loop.var, k, loop.kind, s.then) if k > 0 else seq()

@@ -20,6 +20,7 @@ turns a guard into the condition on outer variables that decides it.
 """
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager
 
 from tensorir.te import free_vars
@@ -48,6 +49,7 @@ class GuardScope:
         self.no_version = 0         # guarded (edge-tile) copies of a nest being emitted, one inside another
         self.known: list = []       # version checks known true here (the fast copy of an enclosing version)
         self.refuted: list = []     # version checks (sets) known false together here (guarded copies)
+        self.pins: list = []        # (terms, value): an affine sum of bound atoms known equal to value here
         self._simplifier = None     # shares simplified subexpressions while ``ranges`` is unchanged
 
     # ------------------------------------------------------------- scope
@@ -78,10 +80,16 @@ class GuardScope:
         return ready, rest
 
     def simplify(self, e: Expr) -> Expr:
-        """``simplify(e, self.ranges)``, memoized across calls while the ranges stay the same."""
+        """``simplify(e, self.ranges)``, memoized across calls while the ranges stay the same, with the
+        sums pinned by enclosing guarded copies replaced by their values (see :func:`pinned_sum`)."""
         if self._simplifier is None or self._simplifier.ranges is not self.ranges:
             self._simplifier = Simplifier(self.ranges)
-        return self._simplifier.visit(e)
+        e = self._simplifier.visit(e)
+        if self.pins:
+            pinned = _apply_pins(e, self.pins)
+            if pinned is not e:
+                e = self._simplifier.visit(pinned)
+        return e
 
     # ------------------------------------------------------------ guards
     def guard(self, conds, body):
@@ -132,13 +140,16 @@ class GuardScope:
             fast = build([c for c in pending if c not in dropped])
         finally:
             del self.known[len(self.known) - len(checks):]
+        pin = pinned_sum(checks[0], self.ranges) if len(checks) == 1 else None
         self.no_version += 1
         self.refuted.append(frozenset(checks))
+        self.pins.extend([pin] if pin else [])
         try:
             slow = build(pending)
         finally:
             self.no_version -= 1
             self.refuted.pop()
+            del self.pins[len(self.pins) - (1 if pin else 0):]
         cond = checks[0]
         for c in checks[1:]:
             cond = Binary(BinOp.AND, cond, c)
@@ -171,3 +182,51 @@ def for_all_inner(cond: Expr, bound: set, ranges: dict):
         return None
     outer.const = lin.const + (r[1] if cond.op is BinOp.LT else r[0])
     return Binary(cond.op, outer.to_expr(), cond.b)
+
+
+def pinned_sum(check: Expr, ranges: dict):
+    """``(terms, value)`` when a version's ``check`` being false leaves its sum of atoms one value.
+
+    ``check`` is ``sum < c`` (or ``>=``).  Where it fails, the sum is at least ``c`` (a multiple of the
+    coefficients' gcd); when that is also the sum's largest value, the guarded copy runs the last tile
+    alone and the sum is that value there: a guard ``sum + p1 < N`` in it becomes ``p1 < k``, an edge
+    tile of ``k`` rows without a test (the emitter then shortens the loop).  None otherwise.
+    """
+    if not isinstance(check, Binary) or check.op not in (BinOp.LT, BinOp.GE) or not isinstance(check.b, Const):
+        return None
+    lin = affine(check.a)
+    if not lin.terms:
+        return None
+    sums = Affine(dict(lin.terms))
+    r = linear_range(sums, ranges)
+    if r is None:
+        return None
+    g = 0
+    for k in lin.terms.values():
+        g = math.gcd(g, abs(k))
+    bound = check.b.value - lin.const
+    if check.op is BinOp.LT:          # refuted: sum >= bound
+        least = -(-bound // g) * g
+        return (dict(lin.terms), least) if least == r[1] else None
+    most = (bound - 1) // g * g         # refuted: sum <= bound - 1
+    return (dict(lin.terms), most) if most == r[0] else None
+
+
+def _apply_pins(e: Expr, pins: list) -> Expr:
+    """``e`` (a comparison, or a conjunction of them) with each pinned sum it contains replaced by its value."""
+    if not isinstance(e, Binary):
+        return e
+    if e.op is BinOp.AND:
+        a, b = _apply_pins(e.a, pins), _apply_pins(e.b, pins)
+        return e if a is e.a and b is e.b else Binary(BinOp.AND, a, b)
+    if e.op not in (BinOp.LT, BinOp.GE, BinOp.LE, BinOp.GT):
+        return e
+    lin = affine(e.a)
+    changed = False
+    for terms, value in pins:
+        first, k0 = next(iter(terms.items()))
+        scale, rest = divmod(lin.terms.get(first, 0), k0)
+        if scale and not rest and all(lin.terms.get(t) == k * scale for t, k in terms.items()):
+            lin = Affine({t: k for t, k in lin.terms.items() if t not in terms}, lin.const + value * scale)
+            changed = True
+    return Binary(e.op, lin.to_expr(), e.b) if changed else e

@@ -94,11 +94,12 @@ class GuardScope:
     # ------------------------------------------------------------ guards
     def guard(self, conds, body):
         """``body`` under the guards ``conds`` (``(Expr, is_spatial)``) that are not known to hold."""
-        cond = None
+        cond, seen = None, []
         for c, _ in conds:
             c = self.simplify(c)
-            if c in self.known:
+            if c in self.known or c in seen:
                 continue
+            seen.append(c)
             if isinstance(c, Const):
                 if c.value:
                     continue
@@ -120,7 +121,9 @@ class GuardScope:
             if whole is None:
                 continue
             whole = self.simplify(whole)
-            if whole in self.known:     # an enclosing version already checked it
+            # an enclosing version checks it, or another guard's check here is the same: once, so a
+            # single failed check still pins its sum (docs/decisions/059-one-check-per-guard-condition.md)
+            if whole in self.known or whole in checks:
                 dropped.append(c)
                 continue
             if isinstance(whole, Const):

@@ -100,12 +100,33 @@ def edge_share(n: int, t: int) -> float:
     return n / (full * t + (GUARDED_COST * t if rest else 0))
 
 
+# One-vector tiles with 16 registers (AVX2): the vector loads, broadcasts included, a core feeds its FMAs
+# per cycle, and the FMAs it keeps in flight (latency 4 x 2 pipes); 0: scored by their accumulators,
+# as every tile is (why: docs/decisions/060-avx2-one-vector-conv-tiles-are-load-bound.md)
+AVX2_LOAD_RATE = 1.5
+AVX2_IN_FLIGHT = 8
+
+
+def fma_rate(acc: int, vectors: int, registers: int) -> float:
+    """A register tile's score before its edges: its accumulators; but with 16 registers a one-vector
+    tile's FMA rate (x ``AVX2_IN_FLIGHT``), bounded by latency and by its loads: each reduction step
+    loads a weight vector and a broadcast per FMA, so however wide, it feeds its FMAs at about
+    ``AVX2_LOAD_RATE / 2`` of their peak (3x3 64@56 on Zen 3: 14 columns x 1 vector ran at 0.73-0.88x
+    of 4 columns x 2 vectors, 8 accumulators). Wider tiles load less per FMA the more accumulators
+    they have (12 of 2 vectors ran 1.06-1.2x of 8), so their accumulators stay their score."""
+    if registers >= 32 or vectors > 1 or not AVX2_LOAD_RATE:
+        return float(acc)
+    loads_per_fma = 1 + 1 / acc
+    return min(acc, AVX2_IN_FLIGHT) * min(1.0, AVX2_LOAD_RATE / 2 / loads_per_fma)
+
+
 def heuristic_tile(info: ConvInfo, lanes: int, registers: int) -> tuple:
     """``(kb, qt, pt)``: the register tile that best fills ``registers`` vector registers.
 
     Accumulators ``pt * qt * kb/lanes`` plus ``kb/lanes`` weight vectors must fit, and a register
     for the broadcast input (see :func:`spare_registers`).  Among those, the tile with the most
-    useful FMAs per register: a tile that does not divide ``K``, ``P`` or ``Q`` runs its edge in
+    useful FMAs per register (with 16 registers, at the highest FMA rate: :func:`fma_rate`): a
+    tile that does not divide ``K``, ``P`` or ``Q`` runs its edge in
     guarded code without register accumulators, ``GUARDED_COST`` times slower (ResNet 512@7: 2
     vectors x 7 columns x 2 rows, whose last row is such an edge, ran at 0.6x of 2 x 7 x 1).
     """
@@ -121,6 +142,10 @@ def heuristic_tile(info: ConvInfo, lanes: int, registers: int) -> tuple:
         # ... and no tile of whole blocks that leaves fewer blocks to the last tile, which runs the wide
         # tile's code guarded: docs/decisions/048-conv-tiles-share-out-the-channel-blocks.md
         widths = [kb for kb in widths if info.K % kb == 0 and kb % lanes == 0] or widths
+    elif registers < 32 and AVX2_LOAD_RATE and any(info.K % kb == 0 for kb in widths if kb > lanes):
+        # one-vector tiles rate low with 16 registers (:func:`fma_rate`); of the wider, those that divide
+        # the channels: 3 vectors over 256 channels left a ragged tile of 2 (0.76-0.96x of 2 x 2 x 2)
+        widths = [kb for kb in widths if info.K % kb == 0]
     for kb in widths:
         m = -(-kb // lanes)
         for pt in (1, 2, 3, 4):
@@ -132,7 +157,7 @@ def heuristic_tile(info: ConvInfo, lanes: int, registers: int) -> tuple:
                     continue
                 use_k, use_q, use_p = edge_share(info.K, kb), edge_share(info.Q, qt), edge_share(info.P, pt)
                 # ties: more weight vectors per broadcast (14 x 2 vectors loads 16 per 28 FMAs, 28 x 1 loads 29)
-                score = acc * use_k * use_q * use_p * (kb / (m * lanes)) * (1 + 0.01 * min(m, 2))
+                score = fma_rate(acc, m, registers) * use_k * use_q * use_p * (kb / (m * lanes)) * (1 + 0.01 * min(m, 2))
                 if score > best_score + 1e-9:
                     best, best_score = (kb, qt, pt), score
     return best

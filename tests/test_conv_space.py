@@ -75,13 +75,29 @@ def test_the_space_packs_data_and_weights_into_blocked_layouts():
 
 # ---------------------------------------------------------------- heuristic
 
+def test_avx2_one_vector_tiles_are_scored_by_the_loads_that_feed_their_fmas():
+    from schedules.conv_space import fma_rate
+    # 32 registers, or several vectors: the accumulators, as before
+    assert fma_rate(28, 1, 32) == 28.0 and fma_rate(12, 2, 16) == 12.0 and fma_rate(6, 2, 16) == 6.0
+    # 16 registers, one vector: a broadcast loaded per FMA, so 14 columns rate below 6 accumulators of
+    # two vectors, and no higher than 8 columns; 7 columns (a row of 7) still rate above 2 x 6 + an edge
+    assert fma_rate(8, 1, 16) == fma_rate(14, 1, 16) * (1 + 1 / 14) / (1 + 1 / 8)
+    assert fma_rate(7, 1, 16) < fma_rate(14, 1, 16) < 6 and fma_rate(7, 1, 16) > 12 * 0.25
+    # the user's NCHW 3x3 64@56 on AVX2 starts with a two-vector tile (it started with 14 x 1)
+    space = GeneratedSpace(ops.conv2d(1, 64, 56, 56, 64, 3, 3, pad=1), AVX2)
+    (info,) = find_convs(space.base.stage_graph()).values()
+    kb, qt, pt = heuristic_tile(info, 8, 16)
+    assert kb == 16 and kb // 8 * qt * pt + kb // 8 + 1 <= 16
+    assert space.default_decisions()["Y.kb"] == 16
+
+
 def test_the_heuristic_tile_fills_the_registers_and_fits_the_row():
     space = GeneratedSpace(ops.conv2d(1, 64, 56, 56, 64, 3, 3, pad=1), AVX512)
     (info,) = find_convs(space.base.stage_graph()).values()
     kb, qt, pt = heuristic_tile(info, 16, 32)
     assert (kb, qt, pt) == (32, 14, 1)      # 28 accumulators + 2 weight vectors + 1 broadcast
     kb, qt, pt = heuristic_tile(info, 8, 16)
-    assert kb // 8 * qt * pt + kb // 8 + 1 <= 16 and 56 % qt == 0
+    assert kb // 8 * qt * pt + kb // 8 + 1 <= 16 and kb == 16     # two vectors: see the test above
     assert lane_choices(3, 16) == [4, 16] and lane_choices(64, 16) == [16, 32, 48, 64]
     # 7 rows of 7 columns: no tile of 2 rows (its last row would run guarded, without registers)
     (info,) = find_convs(GeneratedSpace(ops.conv2d(1, 512, 7, 7, 512, 3, 3, pad=1), AVX512).base.stage_graph()).values()

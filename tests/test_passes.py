@@ -290,15 +290,21 @@ def test_an_edge_tile_alone_in_its_guarded_copy_runs_as_a_smaller_tile():
     < 7`` becomes ``p1 < 1``, the row loop is shortened to one row and the edge tile gets register
     accumulators of its own (1 x 7 columns), without a test; the result stays exact."""
     params = dict(N=1, C=32, H=14, W=14, K=16, R=1, S=1, stride=2, pad=0, cb=16, kb=8, dtype="float32")
+    text = _avx2_conv_nchwc_checked(params, {"Y.pt": 2, "Y.qt": 7})
+    assert text.count("alloc_local([2, 7, 8]") == 1 and text.count("alloc_local([1, 7, 8]") == 1
+
+
+def _avx2_conv_nchwc_checked(params: dict, decisions: dict) -> str:
+    """The AVX2 start of ``conv2d_nchwc`` with ``decisions`` overridden: its lowered nest (golden
+    target), after checking the kernel it builds against the reference."""
     wl = get_workload("conv2d_nchwc")
     space = GeneratedSpace(wl.make(**params), SpaceOptions(vector_bits=256, cores=2))
-    s = space.apply(FixedDecisions(space.default_decisions({"Y.pt": 2, "Y.qt": 7})))
-    text = str(s.lower(target=GOLDEN_TARGET))
-    assert text.count("alloc_local([2, 7, 8]") == 1 and text.count("alloc_local([1, 7, 8]") == 1
+    s = space.apply(FixedDecisions(space.default_decisions(decisions)))
     ins = wl.inputs(seed=4, **params)
     out = np.full(s.tensors[-1].shape, np.nan, np.float32)
     s.build()(*ins, out)
     np.testing.assert_allclose(out, wl.reference(ins, **params)[0], rtol=1e-4, atol=1e-4)
+    return str(s.lower(target=GOLDEN_TARGET))
 
 
 def test_two_guards_deciding_the_same_check_still_pin_the_edge_tile():
@@ -307,18 +313,11 @@ def test_two_guards_deciding_the_same_check_still_pin_the_edge_tile():
     the last column tile: 8 columns in tiles of 3 end in a 2-column register tile (2 rows x 2 columns
     x 2 vectors) instead of guarded code without register accumulators; the result stays exact."""
     params = dict(N=1, C=16, H=8, W=8, K=16, R=3, S=3, stride=1, pad=1, cb=16, kb=16, dtype="float32")
-    wl = get_workload("conv2d_nchwc")
-    space = GeneratedSpace(wl.make(**params), SpaceOptions(vector_bits=256, cores=2))
-    s = space.apply(FixedDecisions(space.default_decisions({"Y.pt": 2, "Y.qt": 3})))
-    text = str(s.lower(target=GOLDEN_TARGET))
+    text = _avx2_conv_nchwc_checked(params, {"Y.pt": 2, "Y.qt": 3})
     # (each tile: its accumulators, and their copy per window row)
     assert text.count("alloc_local([2, 3, 16]") == 2 and text.count("alloc_local([2, 2, 16]") == 2
     assert not any(" and " in line and line.split(" and ")[0].split("if ")[-1] == line.split(" and ")[1].rstrip(":")
                    for line in text.splitlines() if "if " in line)      # no guard tested twice
-    ins = wl.inputs(seed=5, **params)
-    out = np.full(s.tensors[-1].shape, np.nan, np.float32)
-    s.build()(*ins, out)
-    np.testing.assert_allclose(out, wl.reference(ins, **params)[0], rtol=1e-4, atol=1e-4)
 
 
 def test_pinned_sums_are_the_last_value_a_failed_check_leaves():

@@ -81,7 +81,7 @@ def test_avx2_one_vector_tiles_are_scored_by_the_loads_that_feed_their_fmas():
     assert fma_rate(28, 1, 32) == 28.0 and fma_rate(12, 2, 16) == 12.0 and fma_rate(6, 2, 16) == 6.0
     # 16 registers, one vector: a broadcast loaded per FMA, so 14 columns rate below 6 accumulators of
     # two vectors, and no higher than 8 columns; 7 columns (a row of 7) still rate above 2 x 6 + an edge
-    assert fma_rate(8, 1, 16) == fma_rate(14, 1, 16) * (1 + 1 / 14) / (1 + 1 / 8)
+    assert fma_rate(8, 1, 16) == pytest.approx(fma_rate(14, 1, 16) * (1 + 1 / 14) / (1 + 1 / 8))
     assert fma_rate(7, 1, 16) < fma_rate(14, 1, 16) < 6 and fma_rate(7, 1, 16) > 12 * 0.25
     # the user's NCHW 3x3 64@56 on AVX2 starts with a two-vector tile (it started with 14 x 1)
     space = GeneratedSpace(ops.conv2d(1, 64, 56, 56, 64, 3, 3, pad=1), AVX2)

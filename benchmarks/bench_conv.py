@@ -225,11 +225,15 @@ def layer_spec(workload: str, params: dict, form: str) -> WorkloadSpec:
                                                               tile=winograd_tile(out)))
         # a model blocks an output row too narrow for a two-vector register tile in one vector (AVX2,
         # decision 055); its producer, at this input's width, likewise
+        from graph.lower.flat import FLAT_MAX_WIDTH
         from graph.lower.layout import out_block
         spec = blocked_spec(workload, params)
         q = spec.params
-        return WorkloadSpec("conv2d_nchwc", {**q, "cb": min(q["cb"], out_block(q["C"], q["W"])),
-                                             "kb": min(q["kb"], out_block(q["K"], out[1]))})
+        q = {**q, "cb": min(q["cb"], out_block(q["C"], q["W"])), "kb": min(q["kb"], out_block(q["K"], out[1]))}
+        if (p["R"], p["S"], p["stride"], p["pad"]) == (1, 1, 1, 0) and 2 <= p["H"] and p["W"] <= FLAT_MAX_WIDTH:
+            # a 1x1 on a narrow plane: computed as one row of H*W positions (graph/lower/flat.py)
+            q.update(H=1, W=p["H"] * p["W"])
+        return WorkloadSpec("conv2d_nchwc", q)
     return blocked_spec(workload, params)
 
 
@@ -255,7 +259,7 @@ def channel_block(n: int, sizes: tuple = (16, 8)) -> int:
 
 
 def compare_with_onnxruntime(spec: WorkloadSpec, trace: dict, threads: int, rounds: int = 5,
-                             constants: tuple = ()) -> tuple:
+                             constants: tuple = (), plane: tuple | None = None) -> tuple:
     """(ours, onnxruntime, onnxruntime without reorders or None) seconds per call, timed side by side;
     our output checked against onnxruntime's.
 
@@ -263,13 +267,15 @@ def compare_with_onnxruntime(spec: WorkloadSpec, trace: dict, threads: int, roun
     level keeps activations blocked and packs constant weights at build time); onnxruntime gets them
     in NCHW / KCRS, and its one-node model reorders the data and the output inside the call, so its
     NCHWc kernel is also timed alone on data it blocked itself (``ort_nchwc``): the like-for-like figure."""
-    t = compare_variants(spec, {"ours": trace}, threads, rounds, constants)
+    t = compare_variants(spec, {"ours": trace}, threads, rounds, constants, plane)
     return t["ours"], t["onnxruntime"], t.get(ORT_ALONE)
 
 
-def compare_variants(spec: WorkloadSpec, traces: dict, threads: int, rounds: int = 5, constants: tuple = ()) -> dict:
+def compare_variants(spec: WorkloadSpec, traces: dict, threads: int, rounds: int = 5, constants: tuple = (),
+                     plane: tuple | None = None) -> dict:
     """Seconds per call of each of ``traces`` (name -> trace) and of onnxruntime, side by side; the packs of
-    ``constants`` (input names) are made before the timing, as a model build makes them."""
+    ``constants`` (input names) are made before the timing, as a model build makes them; ``plane``: the
+    layer's (H, W) where ``spec`` computes a 1x1 on it as one row (onnxruntime gets the layer's plane)."""
     inputs = spec.inputs(0)
     params = dict(spec.params)
     x, w = inputs[0], inputs[1] if len(inputs) > 1 else None
@@ -287,25 +293,32 @@ def compare_variants(spec: WorkloadSpec, traces: dict, threads: int, rounds: int
         w = (np.random.default_rng(1).standard_normal((params["K"], params["C"], 3, 3)) /
              math.sqrt(9 * params["C"])).astype(np.float32)
         inputs = [inputs[0], winograd_weights(w, params.get("tile", 2))]
+    if plane is not None and (params["H"], params["W"]) != tuple(plane):
+        x = x.reshape(*x.shape[:2], *plane)
+        params.update(H=plane[0], W=plane[1])
     sess, model_bytes = onnx_session("depthwise_conv2d" if spec.name == "depthwise_conv2d_nchwc" else
                         "conv2d" if spec.name in BLOCKED_FORMS else spec.name, params, w, threads)
     feed = {"X": x}
     ref = sess.run(None, feed)[0]
     fns = {}
     for name, trace in traces.items():
-        outs = spec.empty_outputs()
-        schedule, packed = Schedule.from_json(spec.tensors(), trace), []
-        pre = prepack(spec.tensors(), schedule, constant_indices(spec.tensors(), constants)) if constants else None
+        # (a trace may come with a spec of its own: the same layer as another view of the same bytes)
+        tspec, trace = trace if isinstance(trace, tuple) else (spec, trace)
+        ins = [a.reshape(t.shape) for a, t in zip(inputs, tspec.tensors())]
+        outs = tspec.empty_outputs()
+        schedule, packed = Schedule.from_json(tspec.tensors(), trace), []
+        pre = prepack(tspec.tensors(), schedule, constant_indices(tspec.tensors(), constants)) if constants else None
         if pre is not None:
-            schedule, packed = pre.schedule, packed_arrays(pre, inputs)
+            schedule, packed = pre.schedule, packed_arrays(pre, ins)
         kernel = build(schedule.lower())
         kernel.threads = threads
-        kernel(*inputs, *packed, *outs)
+        kernel(*ins, *packed, *outs)
         got = unpack_nchwc(outs[0]) if spec.name in BLOCKED_FORMS else outs[0]
+        got = got.reshape(ref.shape)
         if not np.allclose(got, ref, rtol=1e-3, atol=1e-3 * math.sqrt(spec.reduction_length)):
             raise SystemExit(f"bench_conv: {spec.label} ({name}): our output differs from onnxruntime's "
                              f"(max |diff| {float(np.max(np.abs(got - ref))):g})")
-        fns[name] = kernel.bind(*inputs, *packed, *outs)
+        fns[name] = kernel.bind(*ins, *packed, *outs)
     fns["onnxruntime"] = lambda: sess.run(None, feed)
     if spec.name in BLOCKED_FORMS:
         # our blocked forms run on blocked data: onnxruntime's blocked kernel without its reorders too
@@ -363,7 +376,8 @@ def run_variants(net: str, name: str, threads: int, args) -> list:
         except ScheduleError:
             fallback = {}
         traces[v] = space.apply(_Variant(start, override, fallback)).to_json()
-    t = compare_variants(spec, traces, threads, args.rounds, constants_of(spec, args.pack_per_call))
+    t = compare_variants(spec, traces, threads, args.rounds, constants_of(spec, args.pack_per_call),
+                         (params["H"], params["W"]))
     print(f"{net} {name} t={threads}: heuristic start {' '.join(f'{k}={v}' for k, v in start.items())}")
     rows = []
     theirs = t.get(ORT_ALONE, t["onnxruntime"])
@@ -380,7 +394,8 @@ def run_layer(net: str, name: str, threads: int, args, peak) -> dict:
     spec = layer_spec(workload, params, args.form)
     constants = constants_of(spec, args.pack_per_call)
     trace, tune_s = best_trace(spec, threads, args.trials, args.seed, args.heuristic, constants)
-    ours, with_reorders, alone = compare_with_onnxruntime(spec, trace, threads, args.rounds, constants)
+    ours, with_reorders, alone = compare_with_onnxruntime(spec, trace, threads, args.rounds, constants,
+                                                          (params["H"], params["W"]))
     theirs = alone or with_reorders
     flops = conv_flops(spec)
     gflops = flops / ours / 1e9

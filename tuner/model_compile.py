@@ -165,7 +165,11 @@ def assemble(plan: Plan, kernels: dict, info: dict | None = None) -> CompiledMod
         else:
             read_directly.update(args)
         args += [buffer_of(v) for v in lw.outputs]
-        steps.append(Step(kernels[lw.key], tuple(args), g.name))
+        kernel = kernels[lw.key]
+        # a group computing its plane as one row (graph/lower/flat.py) reads the same buffers reshaped
+        want = getattr(kernel, "param_shapes", None)
+        shapes = want if want is not None and want != tuple(buffers[b].storage_shape for b in args) else None
+        steps.append(Step(kernel, tuple(args), g.name, shapes))
     outputs = []
     for v in graph.outputs:
         b = buffer_of(v)

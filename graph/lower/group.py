@@ -16,6 +16,7 @@ from graph.ir import Graph
 from graph.lower.core import (NHWC, Ctx, LoweringError, Val, block_of, from_storage, storage_dtype, storage_shape,
                               to_storage)
 from graph.lower.elementwise import LOWERINGS
+from graph.lower.flat import flat_values, flattened
 from tensorir import te
 from tensorir.te.evaluate import evaluate, topo_stages
 from tensorir.te.expr import ExprError
@@ -56,7 +57,8 @@ class LoweredGroup:
                 out.append(what)
             else:
                 a = env[what] if what in env else graph.constants[what]
-                out.append(to_storage(a, self.layouts.get(what)))
+                # (a flattened group reads its values as one row: graph/lower/flat.py)
+                out.append(to_storage(a, self.layouts.get(what)).reshape(self.tensors[len(out)].shape))
         return out
 
 
@@ -83,6 +85,9 @@ def lower_group(graph: Graph, group, layouts: dict | None = None) -> LoweredGrou
     ``inputs`` and ``outputs``); ``layouts`` (value -> layout, see :func:`graph.lower.layout.choose_layouts`)
     says which values are stored in a layout other than row-major, the group's output included."""
     layouts = dict(layouts or {})
+    flat = flat_values(graph, group, layouts)
+    if flat:    # a pointwise conv group on its plane as one row (graph/lower/flat.py)
+        graph = flattened(graph, flat)
     ctx = Ctx(graph)
     out_layout = layouts.get(group.outputs[0])
     if out_layout == NHWC:

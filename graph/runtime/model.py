@@ -41,10 +41,13 @@ class Buffer:
 
 @dataclass(frozen=True)
 class Step:
-    """One kernel call: ``kernel(*[buffers[i] for i in args])``; ``label`` names the fused group."""
+    """One kernel call: ``kernel(*[buffers[i] for i in args])``; ``label`` names the fused group;
+    ``shapes``, where given, the shapes the kernel reads its arguments with (the same bytes: a group
+    that computes its plane as one row sees an (N, C/b, H, W, b) buffer as (N, C/b, 1, H*W, b))."""
     kernel: object
     args: tuple
     label: str
+    shapes: tuple | None = None
 
 
 class CompiledModel:
@@ -128,6 +131,8 @@ class CompiledModel:
         bound = []
         for step in self.steps:
             args = [self._arrays[b] for b in step.args]
+            if step.shapes is not None:
+                args = [a.reshape(shape) for a, shape in zip(args, step.shapes)]
             if self._threads is not None and hasattr(step.kernel, "threads"):
                 # kernels may be shared with other models (the compiler caches them): a bound call
                 # keeps the thread count it was bound with

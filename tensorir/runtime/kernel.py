@@ -110,6 +110,11 @@ class Kernel:
         self._threads = int(n)
 
     @property
+    def param_shapes(self) -> tuple:
+        """The shape of each parameter, in order."""
+        return tuple(s.shape for s in self._specs)
+
+    @property
     def llvm_ir(self) -> str | None:
         """Optimized LLVM IR text (None for a kernel loaded from a shared library)."""
         if self._llvm_ir is None and self._module is not None:

@@ -1,0 +1,83 @@
+"""Groups that are pointwise in space (a 1x1 stride-1 conv and its elementwise epilogue) computed on
+their plane as one row (``graph/lower/flat.py``): which groups are flattened, and that models with
+them compute what onnxruntime computes, through the runtime and the ahead-of-time library."""
+import numpy as np
+import pytest
+
+ort = pytest.importorskip("onnxruntime")
+pytest.importorskip("onnx")
+from onnx import numpy_helper  # noqa: E402
+
+from graph.lower import flat  # noqa: E402
+from tests.test_model_blocked import Net, _check  # noqa: E402
+from tuner.model_api import load  # noqa: E402
+from tuner.model_compile import plan_graph  # noqa: E402
+
+
+def _planes(model) -> dict:
+    """Conv group label -> the (H, W) of its output tensor as its kernel computes it."""
+    plan = plan_graph(load(model))
+    return {"+".join(nd.op for nd in g.nodes): tuple(lw.tensors[-1].shape[2:4])
+            for g, lw in zip(plan.groups, plan.lowered) if any(nd.op == "Conv" for nd in g.nodes)}
+
+
+def _inverted_residual(h, w):
+    """MobileNet-V2's block on an h x w plane: 1x1 expand + Clip, depthwise 3x3, 1x1 project + residual;
+    then a 1x1 whose epilogue scales by a per-channel constant and gates by a Sigmoid."""
+    n = Net([1, 16, h, w])
+    a = n.conv("x", 16, 16, 3, pads=(1, 1, 1, 1))
+    e = n.op("Clip", [n.conv(a, 16, 48, 1), "lo", "hi"])
+    d = n.op("Relu", [n.conv(e, 48, 48, 3, pads=(1, 1, 1, 1), group=48)])
+    p = n.op("Add", [n.conv(d, 48, 16, 1), a])
+    n.inits.append(numpy_helper.from_array(np.linspace(0.5, 2, 24, dtype=np.float32).reshape(1, 24, 1, 1), "scale"))
+    s = n.op("Sigmoid", [n.op("Mul", [n.conv(p, 16, 24, 1), "scale"])])
+    n.inits += [numpy_helper.from_array(np.float32(0), "lo"), numpy_helper.from_array(np.float32(6), "hi")]
+    return n.model([s])
+
+
+def test_pointwise_conv_groups_on_a_narrow_plane_run_it_as_one_row():
+    planes = _planes(_inverted_residual(7, 5))
+    assert planes["Conv"] == (7, 5)                       # 3x3: its windows need the rows
+    assert planes["Conv+Clip"] == (1, 35)
+    assert planes["Conv+Relu"] == (7, 5)                  # depthwise 3x3
+    assert planes["Conv+Add"] == (1, 35)                  # the residual read on the same plane
+    assert planes["Conv+Mul+Sigmoid"] == (1, 35)          # a per-channel constant broadcasts along it
+
+
+@pytest.mark.parametrize("h, w", [(7, 5), (3, 3), (14, 14)])
+def test_flattened_models_match_onnxruntime(h, w):
+    model = _inverted_residual(h, w)
+    _check(model)
+    _check(model, threads=2)
+
+
+def test_operands_that_vary_along_rows_or_wide_rows_keep_the_plane(monkeypatch):
+    n = Net([1, 16, 6, 7])
+    n.inits.append(numpy_helper.from_array(np.linspace(-1, 1, 6, dtype=np.float32).reshape(1, 1, 6, 1), "rows"))
+    out = n.op("Add", [n.conv("x", 16, 32, 1), "rows"])       # a constant per row: not pointwise along the plane
+    model = n.model([n.op("Relu", [n.conv(out, 32, 16, 1)])])
+    planes = _planes(model)
+    assert planes["Conv+Add"] == (6, 7) and planes["Conv+Relu"] == (1, 42)
+    _check(model)
+    monkeypatch.setattr(flat, "FLAT_MAX_WIDTH", 6)           # rows of 7 are then wide enough to keep
+    assert _planes(model)["Conv+Relu"] == (6, 7)
+    _check(model)
+
+
+def test_a_flattened_model_as_a_library_matches_onnxruntime(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.test_model_aot import CALLER
+    from tuner.model_aot import export_model
+    model = _inverted_residual(7, 7)
+    prefix = str(tmp_path / "block")
+    export_model(load(model), prefix)
+    x = np.random.default_rng(1).standard_normal((1, 16, 7, 7)).astype(np.float32)
+    np.save(prefix + ".x.npy", x)
+    proc = subprocess.run([sys.executable, "-I", "-c", CALLER, prefix, str(tmp_path / "out.npz")],
+                          capture_output=True, text=True, cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = np.load(tmp_path / "out.npz")[model.graph.output[0].name]
+    assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max()

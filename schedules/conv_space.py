@@ -56,6 +56,7 @@ QT_CHOICES = (1, 2, 3, 4, 5, 6, 7, 8, 12, 14, 16, 28)   # register-tile columns 
 SMALL_BLOCK_WEIGHTS = 2   # a 1x1's task weights, in LOCAL_VALUES, up to which blocks of under 16 channels keep
 #                           the whole reduction in the register tile (1: as wider blocks; decision 061)
 CONV_PREFETCH = PANEL_DISTANCE   # bytes ahead the start prefetches a packed weight block (0: none)
+AVX2_1X1_NO_PREFETCH = True      # ... but not a 1x1's whose tasks keep the reduction in the tile, with 16 registers
 
 
 # --------------------------------------------------------------------- choices
@@ -479,9 +480,11 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
     if w_stream is not None and below:
         # the weight block streams through the innermost reduction loop, cold in a model (the other
         # layers' weights evicted it): prefetched ahead as a product's panel is (decision 028; the
-        # start's distance: docs/decisions/032-conv-weight-prefetch.md)
+        # start's distance: docs/decisions/032-conv-weight-prefetch.md); not a depthwise block's (1-2 KiB)
+        # nor, with 16 registers, a 1x1's whose tasks reuse their weights tile after tile (decision 062)
+        quiet = dw_blocked or (tile_tasks_1x1 and space.registers < 32 and AVX2_1X1_NO_PREFETCH)
         s = prefetch_decision(src, f"{name}.prefetch_{info.weights}", s, w_stream, below[-1],
-                              0 if dw_blocked else CONV_PREFETCH)   # (a depthwise block's weights: 1-2 KiB)
+                              0 if quiet else CONV_PREFETCH)
     fmas = pt * qt * m
     if below:
         last = below[-1]

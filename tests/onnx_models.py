@@ -185,6 +185,12 @@ def mobilenet_chain(batch: int = 1, channels: int = 24, size: int = 56, seed: in
     return m.model("mobilenet_chain", (batch, channels, size, size), x, (batch, c, hw, hw))
 
 
+def mobilenet_tail(batch: int = 1) -> onnx.ModelProto:
+    """MobileNet-V2's last stages, 96@14 to 320@7 (its 1x1 convs on 14x14 and 7x7 planes, decision 061)."""
+    return mobilenet_chain(batch, channels=96, size=14,
+                           blocks=((6, 96, 1), (6, 160, 2), (6, 160, 1), (6, 160, 1), (6, 320, 1)))
+
+
 # ------------------------------------------------------------------ BERT encoder layer
 
 def _layer_norm(m: ModelMaker, x: str, scope: str, hidden: int) -> str:

@@ -396,3 +396,18 @@ def test_a_1x1_in_blocks_of_8_keeps_its_reduction_in_the_tile_past_l1_weights(cb
     assert (d["Y.kb"], d["Y.qt"], d["Y.order"]) == (16, 6, order)
     if cb == 8:
         _run(space, "conv2d_nchwc", params, FixedDecisions(d))
+
+
+@pytest.mark.parametrize("options,R,prefetch", [(AVX2, 1, 0), (AVX512, 1, 4096), (AVX2, 3, 4096)])
+def test_an_avx2_1x1_whose_tasks_reuse_their_weights_starts_without_a_prefetch(options, R, prefetch):
+    # 16 registers: such a 1x1 is load-bound and its task's weights stay in cache from tile to tile, so a
+    # prefetch per weight line only takes load slots (decision 062); a window, or 32 registers, as before
+    params = dict(N=1, C=96, H=1, W=196, K=64, R=R, S=R, stride=1, pad=R // 2, cb=16, kb=16, dtype="float32")
+    space = GeneratedSpace(get_workload("conv2d_nchwc").make(**params), options)
+    d = space.default_decisions()
+    assert d["Y.prefetch_Wt"] == prefetch
+    s = space.apply(FixedDecisions(d))
+    assert ("prefetch(" in str(s.lower())) == (prefetch > 0)
+    if options is AVX2 and R == 1:
+        assert d["Y.order"] == "|crs" and d["Y.q2"] == 1
+        _run(s, "conv2d_nchwc", params)

@@ -26,7 +26,7 @@ from tensorir.te import Reduce, TensorRead
 from tensorir.te.expr import Binary, BinOp
 
 from .conv_match import matching_stages
-from .conv_space import edge_share
+from .conv_start import edge_share
 from .tiling import fuse_loops, split_all
 
 QT_CHOICES = (1, 2, 3, 4, 5, 6, 7, 8, 12, 14, 16)   # register-tile tiles offered

@@ -8,7 +8,8 @@ import pytest
 
 from schedules import Schedule
 from schedules.state import AttachKind
-from schedules.conv_space import LOCAL_VALUES, QT_CHOICES, find_convs, heuristic_tile, lane_choices, local_rows
+from schedules.conv_space import QT_CHOICES, find_convs
+from schedules.conv_start import LOCAL_VALUES, heuristic_tile, lane_choices, local_rows
 from schedules.space import FixedDecisions, GeneratedSpace, RandomDecisions, SpaceOptions
 from tensorir import te
 from tensorir.ops import library as ops
@@ -76,7 +77,7 @@ def test_the_space_packs_data_and_weights_into_blocked_layouts():
 # ---------------------------------------------------------------- heuristic
 
 def test_avx2_one_vector_tiles_are_scored_by_the_loads_that_feed_their_fmas():
-    from schedules.conv_space import fma_rate
+    from schedules.conv_start import fma_rate
     # 32 registers, or several vectors: the accumulators, as before
     assert fma_rate(28, 1, 32) == 28.0 and fma_rate(12, 2, 16) == 12.0 and fma_rate(6, 2, 16) == 6.0
     # 16 registers, one vector: a broadcast loaded per FMA, so 14 columns rate below 6 accumulators of

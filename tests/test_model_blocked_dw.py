@@ -10,7 +10,8 @@ onnx = pytest.importorskip("onnx")
 
 from graph.lower.core import block_of  # noqa: E402
 from schedules import Schedule  # noqa: E402
-from schedules.conv_space import depthwise_tile, find_convs  # noqa: E402
+from schedules.conv_space import find_convs  # noqa: E402
+from schedules.conv_start import depthwise_tile  # noqa: E402
 from tests.onnx_models import mobilenet_chain  # noqa: E402
 from tests.test_model_blocked import Net, _check  # noqa: E402
 from tuner.model_api import compile_model, load  # noqa: E402

@@ -7,7 +7,8 @@ operation per tap and vector of columns.  At stride 2 a tap's input vector is ev
 the row, which code generation loads as two contiguous vectors and one shuffle (not a gather).
 
 - The padding (a pooling pad stage) is packed as a plain padded copy of the rows a task reads (vector
-  loads and stores, the padding inlined into it), computed inside the task, so it is hot when read;
+  loads and stores, the padding inlined into it), computed inside the task, so it is hot when read; with
+  16 vector registers (AVX2) the start reads it in place instead (masked loads on every tap: decision 063);
   without padding the rows are read where they are.
 - The tasks are output rows of one channel (``pt`` rows, fused with the channels and the batch into
   one parallel loop); the output tile is a local buffer of ``pt`` rows x ``qt`` columns whose taps
@@ -22,6 +23,9 @@ from .tiling import fuse_loops, split_all
 
 MAX_ROW_VECTORS = 4      # vectors of columns per register tile (accumulators of one row)
 TASK_VALUES = 512        # output values per task the start aims at (ResNet's pool: 8 rows of 56)
+# with 16 registers, the start reads a pool's padding in place rather than copying the task's rows: the copy
+# ran 2.9-4.6x slower on Zen 3 (docs/decisions/063-avx2-pool-padding-read-in-place.md); False: as with 32
+AVX2_PAD_INLINE = True
 
 
 def _divisors(n: int) -> list:
@@ -64,7 +68,7 @@ def tile_pool_rows(space, s, src, info, epilogue: str | None):
     pack, pad_at = None, None
     if info.pad_stage is not None:
         # the padding read in place (its test on every tap, masked loads), or copied as padded rows
-        src.hint(f"{name}.pad_at", "task")
+        src.hint(f"{name}.pad_at", "inline" if AVX2_PAD_INLINE and space.registers < 32 else "task")
         pad_at = src.choose(f"{name}.pad_at", ["task", "row", "inline", "root"])
         if pad_at != "inline":
             s = s.pack(info.data, {}, order=["0", "1", "2", "3"], consumers=[name])

@@ -495,7 +495,8 @@ class _Heuristic(DecisionSource):
         if key == "outer":   # a rule's hint, else the vector axis's tiles outermost (a thread keeps its B panel block)
             return self.hints[name] if self.hints.get(name) in choices else choices[-1]
         if not isinstance(choices[0], int):
-            return choices[0]
+            # a named choice: the rule's hint where it offers one (a pool's padding read in place), else the first
+            return self.hints[name] if self.hints.get(name) in choices else choices[0]
         lanes = self.space.lanes("float32")
         want = self.hints.get(name, {"t3": 1, "t2": 1, "t1": 8, "r1": 2, "vector": lanes}.get(key.split("_")[0]))
         if want is None:

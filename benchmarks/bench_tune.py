@@ -67,7 +67,8 @@ def main(argv=None) -> int:
                     shutil.copy(f"{tmp}/log.jsonl", os.path.join(
                         args.keep_logs, f"{key}-{threads}threads-seed{args.seed}.jsonl"))
             t90 = res.time_to_fraction(0.9)
-            row = dict(workload=spec.label + (" weights constant" if constants else ""), threads=threads, ratio=ref / tuned, target_ratio=target_ratio,
+            label = spec.label + (" weights constant" if constants else "")
+            row = dict(workload=label, threads=threads, ratio=ref / tuned, target_ratio=target_ratio,
                        gflops=spec.flops / tuned / 1e9, numpy_gflops=spec.flops / ref / 1e9,
                        tune_s=res.tune_seconds, target_s=target_s, t90_trials=t90[0], t90_s=t90[1],
                        cps=res.trials / res.tune_seconds, errors=dict(res.errors), invalid=res.invalid,

@@ -5,8 +5,9 @@
 A tile ``QxM`` is Q broadcast inputs x M weight vectors: Q*M accumulators, each reduction step loading M weight
 vectors and Q broadcast scalars from L1 (the operands cycle over 256 steps) and issuing Q*M vector FMAs, as the
 inner loop of a blocked convolution or a matrix product does. Written in LLVM IR and compiled for the host CPU as
-our kernels are, then timed single-threaded (the best of ``--rounds`` rounds that run every tile once); prints GFLOP/s and the share of one core's FMA peak
-(``tuner.machine_peak``), and whether LLVM kept the tile in registers (stack traffic in the loop = spills).
+our kernels are, then timed single-threaded (the best of ``--rounds`` rounds that run every tile once); prints
+GFLOP/s, the share of one core's FMA peak (``tuner.machine_peak``), and whether LLVM kept the tile in registers
+(stack traffic in the loop = spills).
 ``--memory-weights`` loads each weight vector once per FMA (volatile, so LLVM folds it into the FMA as a memory
 operand, as onnxruntime's MLAS kernels are written) instead of once per step into a register. Figures for a
 decision note, not a test: the loop has no edges, packing or cache misses.

@@ -14,47 +14,24 @@ figure a decision note quotes for a start's default.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import math
 import sys
 
 import bench_conv as bc
 from schedules.space import FixedDecisions, GeneratedSpace
+from start_setting import parse_setting, setting
 from tuner.target import host_target
-
-
-def parse_setting(text: str):
-    """``"package.module.NAME=VALUE"`` -> (module, name, value); VALUE an int, a float, True/False."""
-    where, _, value = text.partition("=")
-    mod_name, _, name = where.rpartition(".")
-    try:
-        module = importlib.import_module(mod_name)
-    except ImportError:
-        raise SystemExit(f"bench_conv_starts: no module {mod_name!r} (write --set package.module.NAME=VALUE)")
-    if not name or not hasattr(module, name):
-        raise SystemExit(f"bench_conv_starts: {mod_name} has no constant {name!r}")
-    parsed = {"True": True, "False": False}.get(value)
-    if parsed is None:
-        try:
-            parsed = float(value) if "." in value else int(value)
-        except ValueError:
-            raise SystemExit(f"bench_conv_starts: value {value!r} is not a number or True/False")
-    return module, name, parsed
 
 
 def starts(spec, module, name: str, value) -> tuple:
     """(old decisions, old trace, new decisions, new trace) of ``spec``'s space."""
     out = []
-    saved = getattr(module, name)
-    for v in (saved, value):
-        setattr(module, name, v)
-        try:
+    for v in (getattr(module, name), value):
+        with setting(module, name, v):
             space = GeneratedSpace(spec.tensors())
             d = space.default_decisions()
             out += [d, space.apply(FixedDecisions(d)).to_json()]
-        finally:
-            setattr(module, name, saved)
     return tuple(out)
 
 
@@ -73,7 +50,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--json", metavar="PATH")
     args = ap.parse_args(argv)
-    module, name, value = parse_setting(args.set)
+    module, name, value = parse_setting(args.set, "bench_conv_starts")
     nets = [n for n in args.net.split(",") if n]
     for n in nets:
         if n not in bc.LAYERS:

@@ -140,29 +140,21 @@ def _compiled_with(graph, threads: int, flag: str):
     return _compiled_with_setting(graph, threads, linalg, flag, False)
 
 
-def _compiled_with_space(graph, threads: int, setting: str):
-    """The model compiled with ``schedules.space.NAME`` (or ``package.module.NAME``) set to the integer VALUE
-    of ``setting`` ("NAME=VALUE"; restored after): a heuristic start's constant against its default."""
-    import importlib
-    name, value = setting.split("=", 1)
-    where, _, name = name.rpartition(".")
-    module = importlib.import_module(where or "schedules.space")
-    if not hasattr(module, name):
-        raise SystemExit(f"bench_model: {module.__name__} has no {name!r}")
-    return _compiled_with_setting(graph, threads, module, name, int(value))
+def _compiled_with_space(graph, threads: int, text: str):
+    """The model compiled with ``schedules.space.NAME`` (or ``package.module.NAME``) set to the VALUE of
+    ``text`` ("NAME=VALUE"; restored after): a heuristic start's constant against its default."""
+    from start_setting import parse_setting
+    module, name, value = parse_setting(text, "bench_model", default_module="schedules.space")
+    return _compiled_with_setting(graph, threads, module, name, value)
 
 
 def _compiled_with_setting(graph, threads: int, module, name: str, value):
     """The model compiled with ``module.<name>`` set to ``value`` (restored after)."""
+    from start_setting import setting
     from tuner.model_api import compile_model
-    saved = getattr(module, name)
-    setattr(module, name, value)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return compile_model(graph, threads=threads)
-    finally:
-        setattr(module, name, saved)
+    with setting(module, name, value), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return compile_model(graph, threads=threads)
 
 
 def _ab(row: dict, res: dict, other: str, ours: str, what: str, ours_text: str, other_text: str, log) -> None:

@@ -15,10 +15,13 @@ the unblocked column is replaced by the blocked start with the register tiles be
 and 040 (6 rows, else 4, 8, 3, 2, by 4 vectors however few the columns: ``previous tiles``), and ratios are medians of per-round ratios.
 With ``--ab-dividing`` it is the start without decision 043's register tiles that divide a few rows (at most
 128 rows: 128 in 8 x 3 tiles, 49 in 7 x 3, rather than 6-row tiles and a guarded edge: ``no dividing tile``).
+With ``--set package.module.NAME=VALUE`` it is the start with that constant set (``--set
+schedules.matmul_start.K_BLOCK=64``; a tuple for the tile lists); shapes whose start it leaves unchanged are listed, not timed.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
 import numpy as np
@@ -31,6 +34,7 @@ from tuner.compare import paired_speedup, side_by_side
 from tuner.prepack import packed_arrays, prepack
 from tuner.spec import WorkloadSpec
 from tuner.target import host_target
+from start_setting import parse_setting, setting
 
 # the MLP's and the BERT layer's products, then shapes that are in no model of the repository
 SHAPES = "32x1024x2048,32x2048x2048,32x2048x1000,128x768x3072,128x3072x768,16x4096x1024,64x1536x1536,8x1024x4096,100x2000x500"
@@ -113,9 +117,15 @@ def main(argv=None) -> int:
                     "instead of the unblocked start")
     ap.add_argument("--ab-dividing", action="store_true", help="compare with the start without decision 043's "
                     "dividing tiles instead of the unblocked start")
+    ap.add_argument("--set", metavar="MODULE.NAME=VALUE", action="append", default=[],
+                    help="compare with the start under this constant (repeatable)")
     args = ap.parse_args(argv)
-    paired = args.ab_tiles or args.ab_dividing
-    other = "previous tiles" if args.ab_tiles else "no dividing tile" if args.ab_dividing else "unblocked"
+    chosen = [parse_setting(text, "bench_small_rows") for text in args.set]
+    paired = args.ab_tiles or args.ab_dividing or bool(chosen)
+    other = "previous tiles" if args.ab_tiles else "no dividing tile" if args.ab_dividing else \
+        "set" if chosen else "unblocked"
+    if chosen:
+        print("set: " + "; ".join(args.set))
     print(f"host {host_target()['cpu']}; side by side in one process, medians of {args.rounds} rounds", flush=True)
     print(f"| shape MxKxN | threads | blocked GFLOP/s | {other} | onnxruntime | blocked/ort | {other}/ort |")
     print("|---|---|---|---|---|---|---|")
@@ -125,10 +135,22 @@ def main(argv=None) -> int:
             spec = WorkloadSpec("dense", {"batch": m, "in_features": k, "out_features": n})
             inputs = spec.inputs(0)
             tensors = spec.tensors()
-            alt = previous_tile_decisions(tensors) if args.ab_tiles else no_dividing_tile_decisions(tensors) \
-                if args.ab_dividing else unblocked_decisions(tensors)
-            fns = {"blocked": kernel(spec, GeneratedSpace(tensors).default_decisions(), inputs, threads),
-                   "unblocked": kernel(spec, alt, inputs, threads)}
+            start = GeneratedSpace(tensors).default_decisions()
+            if chosen:
+                # built under the setting too: a constant may change the choices the decisions are read against
+                with contextlib.ExitStack() as stack:
+                    for c in chosen:
+                        stack.enter_context(setting(*c))
+                    alt = GeneratedSpace(tensors).default_decisions()
+                    alt_fn = kernel(spec, alt, inputs, threads) if alt != start else None
+                if alt_fn is None:
+                    print(f"| {shape} | {threads} | same start |", flush=True)
+                    continue
+            else:
+                alt = previous_tile_decisions(tensors) if args.ab_tiles else no_dividing_tile_decisions(tensors) \
+                    if args.ab_dividing else unblocked_decisions(tensors)
+                alt_fn = kernel(spec, alt, inputs, threads)
+            fns = {"blocked": kernel(spec, start, inputs, threads), "unblocked": alt_fn}
             sess = ort_gemm_relu(inputs[1], inputs[2], m, threads)
             feed = {"X": inputs[0]}
             fns["onnxruntime"] = lambda sess=sess, feed=feed: sess.run(None, feed)

@@ -15,6 +15,10 @@ K_BLOCK_MIN_DEPTH = 1024  # ... and a reduction at least this long
 # ... with register tiles of (rows, vectors), the first whose rows divide the product's, 32 registers
 # (why: docs/decisions/038-few-row-products-8x3-tile.md)
 FEW_ROW_TILES = ((6, 4), (8, 3), (4, 4), (3, 4), (2, 4))
+# ... and with 16 registers (AVX2): 4 x 3 fills them (why: docs/decisions/064-avx2-few-row-products-4x3-tile.md)
+FEW_ROW_TILES_16 = ((6, 2), (4, 3), (4, 2), (8, 2), (3, 2), (2, 2))
+# (vectors, rows) of other products' register tile with 16 registers (why: docs/decisions/010-matmul-register-tile.md)
+TILE_16 = (2, 6)
 # products with fewer vectors of columns than this start with 3 x 8 or 2 x 12 tiles where 4-vector ones would
 # leave a ragged column tile (why: docs/decisions/040-matmul-tile-fits-the-columns.md)
 NARROW_VECTORS = 16
@@ -36,15 +40,15 @@ def odd_row_tile(rows: int) -> list:
 
 
 def _row_tiles(registers: int) -> tuple:
-    """``(rows, vectors)`` tiles tried in order: ``FEW_ROW_TILES`` with 32 registers, else 2-vector tiles."""
-    return FEW_ROW_TILES if registers >= 32 else tuple((t, 2) for t in (6, 4, 8, 3, 2))
+    """``(rows, vectors)`` tiles tried in order: ``FEW_ROW_TILES`` with 32 registers, else ``FEW_ROW_TILES_16``."""
+    return FEW_ROW_TILES if registers >= 32 else FEW_ROW_TILES_16
 
 
 def few_row_tile(rows: int, registers: int, columns: int, lanes: int) -> tuple | None:
     """``(rows, vectors)`` of the first register tile that divides ``rows`` and leaves no ragged column
     tile: ``FEW_ROW_TILES`` (24 accumulators where 6 or 8 rows divide), then :func:`odd_row_tile`'s
     with as many vectors as fit beside it, up to 4 (7 rows: 3 vectors), before 2-row tiles; None if
-    none does, or without ``DIVIDING_TILES``. With 16 registers, tiles of 2 vectors.
+    none does, or without ``DIVIDING_TILES``. With 16 registers, ``FEW_ROW_TILES_16``.
     why: docs/decisions/038-few-row-products-8x3-tile.md, docs/decisions/043-few-rows-get-a-dividing-tile.md"""
     if not DIVIDING_TILES:
         return None
@@ -70,7 +74,7 @@ def register_tile(registers: int, columns: int, lanes: int, rows: int = 0) -> tu
     if few:
         return few[1], few[0]
     if registers < 32:
-        return 2, 6
+        return TILE_16
     nv = -(-columns // lanes)
     if nv % 4 and nv < NARROW_VECTORS and columns % lanes == 0:
         return (2, 12) if nv % 2 == 0 and nv % 3 else (3, 8)

@@ -245,6 +245,23 @@ def test_few_row_long_products_start_with_a_row_tile_that_divides_the_rows(rows,
     assert rows % d["C.i.t3"] == 0 and 2048 % d["C.k.r1"] == 0
 
 
+@pytest.mark.parametrize("rows, n, tile, vectors", [(32, 2048, 4, 3), (100, 1000, 4, 3), (96, 768, 6, 2),
+                                                    (32, 112, 4, 2)])
+def test_with_16_registers_few_rows_not_in_6s_start_with_4_rows_by_3_vectors(rows, n, tile, vectors):
+    # decision 064: 12 accumulators as 4 x 3 rather than 4 x 2 where 6 rows do not divide the rows
+    # (112 columns are 14 vectors: 3-vector tiles would leave a ragged edge, so 4 x 2)
+    space = GeneratedSpace(WorkloadSpec.parse("matmul", [f"M={rows}", f"N={n}", "K=1024"]).tensors(), AVX2)
+    d = space.default_decisions()
+    assert (d["C.i.t3"], d["C.j.t3"] // 8) == (tile, vectors)
+
+
+def test_the_4x3_start_computes_what_numpy_computes_with_ragged_columns():
+    space = GeneratedSpace(WorkloadSpec.parse("matmul", ["M=20", "N=140", "K=1024"]).tensors(), AVX2)
+    d = space.default_decisions()
+    assert (d["C.i.t3"], d["C.j.t3"]) == (4, 24)
+    check_against_evaluator(space.apply(FixedDecisions(d)))
+
+
 @pytest.mark.parametrize("rows, k, tile, vectors", [(49, 2048, 7, 3), (49, 256, 7, 3), (25, 1024, 5, 4),
                                                     (91, 64, 13, 2)])
 def test_row_counts_no_offered_tile_divides_get_a_dividing_tile(rows, k, tile, vectors):

@@ -57,6 +57,8 @@ TASK_COLUMNS = 256
 # finish together (decision 053).
 FEW_ROWS_OPERAND = 1 << 17
 FEW_ROWS_TASK_COLUMNS = 64
+# False: the start packs no input whose panel is its own layout (why: docs/decisions/065-no-pack-of-a-whole-panel.md)
+PACK_WHOLE_PANELS = False
 MAX_UNROLLED_BODY = 64   # vector FMAs (tile rows x vectors per row x inner reduce iterations) unrolled
 
 
@@ -293,6 +295,10 @@ class GeneratedSpace:
         transposed = set()   # packs whose panel axis is not the source's contiguous one
         for tensor, dim in _packable(st, vec_axis.split(".", 1)[1]):
             tname = s._state.name_of(tensor)
+            # a panel as wide as the source's contiguous axis is the source's own layout: the pack
+            # would only copy it (a global pool over blocked channels copied 600 KB before reading it)
+            whole = dim == tensor.ndim - 1 and tensor.shape[dim] == t3[vec_axis]
+            src.hint(f"{name}.pack_{tname}", PACK_WHOLE_PANELS or not whole)
             if t3[vec_axis] > 1 and src.choose(f"{name}.pack_{tname}", [True, False]):
                 order = [f"{dim}.o"] + [str(d) for d in range(tensor.ndim) if d != dim] + [f"{dim}.i"]
                 s = s.pack(tname, {dim: t3[vec_axis]}, order=order, consumers=[name])

@@ -245,6 +245,17 @@ def test_few_row_long_products_start_with_a_row_tile_that_divides_the_rows(rows,
     assert rows % d["C.i.t3"] == 0 and 2048 % d["C.k.r1"] == 0
 
 
+@pytest.mark.parametrize("options, n, packs", [(AVX512, 16, False), (AVX512, 64, False), (AVX2, 16, False),
+                                               (AVX2, 64, True)])
+def test_the_start_does_not_pack_a_panel_as_wide_as_its_source(options, n, packs):
+    # a B panel of all N columns is B's own layout: packing it only copies it (the start's column tile
+    # is 16 with 8 lanes, all 16 or 64 columns with 16)
+    space = GeneratedSpace(WorkloadSpec.parse("matmul", ["M=64", f"N={n}", "K=64"]).tensors(), options)
+    d = space.default_decisions()
+    assert d["C.pack_B"] is packs and (d["C.j.t3"] == n) is not packs
+    check_against_evaluator(space.apply(FixedDecisions(d)))
+
+
 @pytest.mark.parametrize("rows, n, tile, vectors", [(32, 2048, 4, 3), (100, 1000, 4, 3), (96, 768, 6, 2),
                                                     (32, 112, 4, 2)])
 def test_with_16_registers_few_rows_not_in_6s_start_with_4_rows_by_3_vectors(rows, n, tile, vectors):

@@ -15,7 +15,9 @@ and the feeds/outputs copies).
 ``--ab-decisions key=value,...`` also builds every group whose heuristic start has such decisions
 (matched on the name after the last dot, e.g. ``softmax0.rows``) with them overridden, and times the
 two kernels of each such group side by side in the same rounds, and the two whole models too: how a
-default of the generated space was chosen (docs/decisions/026-row-groups.md).
+default of the generated space was chosen (docs/decisions/026-row-groups.md). ``--ab-set
+package.module.NAME=VALUE`` does the same for every group whose start's loop nest a module constant changes
+(``--ab-set schedules.space.FUSE_PARTLY=False``).
 """
 from __future__ import annotations
 
@@ -79,8 +81,30 @@ def _override(tensors, overrides: dict, threads: int):
     return kernel
 
 
+def _under_setting(tensors, chosen: tuple, threads: int):
+    """The kernel of ``tensors``' heuristic start with a module constant set (``chosen``: module, name,
+    value), or None when its loop nest is the same as without."""
+    from schedules.decisions import FixedDecisions
+    from schedules.space import GeneratedSpace
+    from start_setting import setting
+    from tensorir.runtime import build as build_func
+    space = GeneratedSpace(list(tensors))
+    before = str(space.apply(FixedDecisions(space.default_decisions())).lower())
+    with setting(*chosen):
+        schedule = space.apply(FixedDecisions(space.default_decisions()))
+    func = schedule.lower()
+    if str(func) == before:
+        return None
+    kernel = build_func(func)
+    kernel.threads = threads
+    kernel.schedule = schedule
+    return kernel
+
+
 def profile(name: str, model, threads: int, rounds: int, overrides: dict | None, log, nests: bool,
-            tuned=None) -> None:
+            tuned=None, chosen: tuple | None = None) -> None:
+    """``overrides`` (decisions) or ``chosen`` (a module constant: module, name, value) build the alternative
+    kernels timed beside the model's."""
     import numpy as np
     from tensorir.te.evaluate import count_flops
     from tuner.model_api import compile_model, load
@@ -94,10 +118,12 @@ def profile(name: str, model, threads: int, rounds: int, overrides: dict | None,
     plan, kernels = compiled.info["plan"], compiled.info["kernels"]
     by_label = {g.name: (g, lw) for g, lw in zip(plan.groups, plan.lowered)}
     other = None
-    if overrides:
+    if overrides or chosen:
         alt = dict(kernels)
         for lw in plan.lowered:
-            k = _override(lw.tensors, overrides, threads) if lw.key in alt and alt[lw.key] is kernels[lw.key] else None
+            if not (lw.key in alt and alt[lw.key] is kernels[lw.key]):
+                continue
+            k = _override(lw.tensors, overrides, threads) if overrides else _under_setting(lw.tensors, chosen, threads)
             if k is not None:
                 alt[lw.key] = k
         other = assemble(plan, alt, {})
@@ -130,7 +156,9 @@ def profile(name: str, model, threads: int, rounds: int, overrides: dict | None,
           file=log)
     head = f"{'step':>4} {'ms':>8} {'[min]':>8} {'in seq':>8} {'MFLOP':>8} {'KiB':>7} {'GB/s':>6} {'GFLOP/s':>7}  group"
     if other is not None:
-        head += "   | with " + ",".join(f"{k}={v}" for k, v in overrides.items()) + ": ms"
+        what = ",".join(f"{k}={v}" for k, v in overrides.items()) if overrides else \
+            f"{chosen[0].__name__}.{chosen[1]}={chosen[2]!r}"
+        head += f"   | with {what}: ms"
     print(head, file=log)
     total = {"matmul": 0.0, "other": 0.0, "seq": 0.0}
     for n, step in enumerate(steps):
@@ -184,11 +212,17 @@ def main(argv=None) -> int:
     p.add_argument("--threads", default="1,2")
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--ab-decisions", default="", help="e.g. rows=False,inline=True (see the module docstring)")
+    p.add_argument("--ab-set", metavar="MODULE.NAME=VALUE", help="time each group whose start's loop nest "
+                   "this module constant changes beside the default (instead of --ab-decisions)")
     p.add_argument("--nests", action="store_true", help="print each step's loop nest summary")
     p.add_argument("--out", help="also write the output to FILE")
     args = p.parse_args(argv)
     import llvmlite.binding as llvm
     overrides = _overrides(args.ab_decisions)
+    chosen = None
+    if args.ab_set:
+        from start_setting import parse_setting
+        chosen = parse_setting(args.ab_set, "profile_model.py")
     logs = [sys.stdout] + ([open(args.out, "w")] if args.out else [])
 
     class Tee:
@@ -209,7 +243,7 @@ def main(argv=None) -> int:
         models = [(n, getattr(builders, n)()) for n in args.models.split(",")]
     for threads in [int(t) for t in args.threads.split(",")]:
         for name, model in models:
-            profile(name, model, threads, args.rounds, overrides, log, args.nests, args.log)
+            profile(name, model, threads, args.rounds, overrides, log, args.nests, args.log, chosen)
     return 0
 
 

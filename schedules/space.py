@@ -59,6 +59,11 @@ FEW_ROWS_OPERAND = 1 << 17
 FEW_ROWS_TASK_COLUMNS = 64
 # False: the start packs no input whose panel is its own layout (why: docs/decisions/065-no-pack-of-a-whole-panel.md)
 PACK_WHOLE_PANELS = False
+# An elementwise stage fuses its outer loops only until the parallel loop has this many iterations
+# (with FUSE_PARTLY; False: all of them): the loops inside step their addresses, where every iteration of a
+# fused loop divides its index back into each axis (why: docs/decisions/066-elementwise-stages-fuse-partly.md)
+FUSE_PARTLY = True
+PARALLEL_ITERATIONS = 64
 MAX_UNROLLED_BODY = 64   # vector FMAs (tile rows x vectors per row x inner reduce iterations) unrolled
 
 
@@ -197,12 +202,12 @@ class GeneratedSpace:
                 continue  # handled by a rule already (e.g. a pack stage of an anchor)
             if st.is_reduction:
                 continue  # a hosted reduction left at root: default loops
-            s = self._elementwise(s, src, st.name, keep_outer=False, transposing=True)
+            s = self._elementwise(s, src, st.name, keep_outer=False, transposing=True, partial=FUSE_PARTLY)
         return s
 
     # ---------------------------------------------------------------- rules
     def _elementwise(self, s: Schedule, src, name: str, keep_outer: bool, parallel: bool = True,
-                     chunks_first: bool = False, transposing: bool = False) -> Schedule:
+                     chunks_first: bool = False, transposing: bool = False, partial: bool = False) -> Schedule:
         """Vectorize the last loop; fuse the others unless ``keep_outer``; parallelize the outermost
         if ``parallel`` (off for a stage computed inside a parallel loop) and the decision says so.
         ``chunks_first``: the loop over the last loop's vector chunks goes right after the first
@@ -229,7 +234,7 @@ class GeneratedSpace:
         if not outer:
             return s
         if not keep_outer and len(outer) > 1:
-            while len(outer) > 1:
+            while len(outer) > 1 and not (partial and s.extent(outer[0]) >= PARALLEL_ITERATIONS):
                 s = s.fuse(outer[0], outer[1])
                 outer = s.loops(name)[:len(outer) - 1]
         if parallel and src.choose(f"{name}.parallel", [True, False]):

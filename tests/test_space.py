@@ -314,3 +314,21 @@ def test_the_3_vector_start_computes_what_numpy_computes():
     d = space.default_decisions()
     assert d["C.j.t3"] == 48
     check_against_evaluator(space.apply(FixedDecisions(d)))
+
+
+def _channel_scale(shape):
+    x = te.placeholder(shape, "float32", "x")
+    g = te.placeholder(shape[:2] + (1,) * (len(shape) - 2), "float32", "g")
+    y = te.compute(shape, lambda n, c, *rest: x[(n, c, *rest)] * g[(n, c) + (0,) * len(rest)], "y")
+    return [x, g, y]
+
+
+@pytest.mark.parametrize("shape, extents", [((1, 6, 40, 40), [240, 5, 8]), ((2, 96, 7, 7), [192, 7, 1, 7]),
+                                            ((1, 4, 3, 5), [12, 5])])
+def test_an_elementwise_stage_fuses_its_outer_loops_until_the_parallel_loop_is_long_enough(shape, extents):
+    # decision 066: (1, 6, 40, 40) runs 240 parallel rows of a nested loop over the columns, where
+    # a loop of all 1200 vectors divided its index back into four axes at every vector
+    space = GeneratedSpace(_channel_scale(shape), AVX2)
+    s = space.apply(FixedDecisions(space.default_decisions()))
+    assert [s.extent(lp) for lp in s.loops("y")] == extents
+    check_against_evaluator(s)

@@ -1,5 +1,6 @@
 """A heuristic start's constant set for one measurement: ``--set package.module.NAME=VALUE`` of the
-A/B benchmarks (``bench_conv_starts.py``, ``bench_small_rows.py``, ``bench_model.py --space-ab``)."""
+A/B benchmarks (``bench_conv_starts.py``, ``bench_small_rows.py``, ``bench_model.py --space-ab``,
+``profile_model.py --ab-set``)."""
 from __future__ import annotations
 
 import ast

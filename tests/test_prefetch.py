@@ -221,7 +221,7 @@ def test_the_space_offers_a_prefetch_distance_for_the_packed_weight_panel():
     unpacked = FixedDecisions({**space.default_decisions(), "D.pack_W": False})
     space.apply(unpacked)
     assert "D.prefetch_W" not in unpacked.decisions
-    mm = GeneratedSpace(ops.matmul(40, 48, 300), AVX512)
+    mm = GeneratedSpace(ops.matmul(40, 96, 300), AVX512)     # 96 columns in panels of 48: B is packed
     assert mm.default_decisions()["C.prefetch_B"] == PANEL_DISTANCE
 
 

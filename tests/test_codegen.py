@@ -664,6 +664,25 @@ def test_cache_eviction_releases_and_keeps_referenced_kernels(monkeypatch):
     assert build(add_func(3, SERIAL)) is not kept
 
 
+def test_a_bound_call_keeps_its_kernel_code_after_the_cache_and_the_caller_drop_it():
+    """``kernel.bind`` is what benchmarks keep; a call after the last other reference to the kernel
+    was gone (cache cleared) jumped into freed JIT code and crashed the process."""
+    import gc
+    import weakref
+    a, b, out = rand(37), rand(37), np.zeros(37, np.float32)
+    clear_cache()
+    kernel = build(add_func(37, SERIAL))
+    call, alive = kernel.bind(a, b, out), weakref.ref(kernel)
+    del kernel
+    clear_cache()
+    for n in range(40, 48):            # new code may reuse the freed pages
+        build(add_func(n, SERIAL))
+    gc.collect()
+    assert alive() is not None, "the bound call no longer holds the kernel (its JIT code is freed)"
+    call()
+    np.testing.assert_array_equal(out, a + b)
+
+
 def test_very_wide_vectorized_loop_falls_back_to_serial():
     f = add_func(300, VECTORIZED)
     assert "<300 x float>" not in str(codegen(f))

@@ -193,14 +193,15 @@ class Kernel:
 
         For timing small kernels: a call skips the per-call checks of shapes
         and dtypes (microseconds, more than a tiny kernel runs).  The callable
-        keeps the arrays alive; it uses the thread count set at bind time.
+        keeps the arrays and the kernel's code alive (the compile cache may drop
+        the kernel); it uses the thread count set at bind time.
         """
         ptrs = self._check(arrays)
         cfunc, threads, sites = self._cfunc, self._threads, self._sites
         if self._lock is not None:
-            return lambda _keep=arrays: self._run(ptrs, threads)
+            return lambda _keep=arrays: self._run(ptrs, threads)     # holds self
 
-        def run(_keep=arrays):
+        def run(_keep=arrays, _code=self):
             status = cfunc(*ptrs, threads)
             if status:
                 raise sites.error(status)

@@ -14,37 +14,38 @@ if TYPE_CHECKING:
 def vector_exp(fg: FunctionGen, x):
     """``exp(x)`` of a float32 vector ``x`` as a SIMD polynomial.
 
-    LLVM lowers ``llvm.exp`` on a vector to one ``expf`` call per lane.  The
-    vector version is Cephes' ``expf``: ``x = n*ln2 + r`` with ``|r| <=
-    ln2/2``, a degree-7 polynomial for ``exp(r)``, and ``2**n`` built in the
-    exponent bits, applied as two factors so results down to the smallest
-    denormal are right.  Max relative error about 2 ulp over the normal
-    range; ``inf`` above 88.72, ``0`` below -103.98, NaN stays NaN.
+    LLVM lowers ``llvm.exp`` on a vector to one ``expf`` call per lane.  Here ``x = k*ln2 + r``
+    with ``|r| <= ln2/2`` (``k`` rounded by adding 1.5 * 2**23, whose low bits then hold it),
+    ``exp(r) - 1 = r + r**2 * q(r)`` with ``q`` a degree-4 fit (relative error 0.07 ulp), and
+    ``2**k`` built in the exponent bits as two factors so results down to the smallest denormal
+    are right.  No selects: ``x`` is clamped to ``[-110, 89]``, where ``2**k`` overflows to inf
+    or underflows to 0 by itself, and the clamp keeps a NaN (both compares are false for it).
+    Few operations and few live constants matter: an epilogue evaluates several vectors at once
+    and the compiler keeps their chains in 16 registers on AVX2 (why:
+    docs/decisions/067-simd-exp-fewer-operations.md).  Within 1 ulp of exp in tests/test_promote.py.
     """
     b, n = fg.b, x.type.count
+    vty, ity = x.type, ir.VectorType(I32, n)
     f = lambda v: splat(F32, v, n)                     # noqa: E731
-    i32 = lambda v: ir.Constant(ir.VectorType(I32, n), [v] * n)   # noqa: E731
-    fl = dict(flags=FP_FLAGS)
-    hi, lo = f(88.72283935546875), f(-103.97208404541016)
-    xc = b.select(b.fcmp_ordered(">", x, hi), hi, b.select(b.fcmp_ordered("<", x, lo), lo, x))
-    fx = fg.call_intrinsic(f"llvm.floor.v{n}f32", x.type,
-                           [b.fadd(b.fmul(xc, f(1.44269504088896341), **fl), f(0.5), **fl)])
-    r = b.fsub(b.fsub(xc, b.fmul(fx, f(0.693359375))), b.fmul(fx, f(-2.12194440e-4)))
-    y = f(1.9875691500e-4)
-    for c in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1):
-        y = fg.call_intrinsic(f"llvm.fmuladd.v{n}f32", x.type, [y, r, f(c)])
-    z = b.fmul(r, r)
-    y = b.fadd(fg.call_intrinsic(f"llvm.fmuladd.v{n}f32", x.type, [y, z, r]), f(1.0))
-    k = b.fptosi(fx, ir.VectorType(I32, n))                  # in [-150, 128]
-    k1 = b.ashr(k, i32(1))
-    k2 = b.sub(k, k1)
-    vty = x.type
-    p1 = b.bitcast(b.shl(b.add(k1, i32(127)), i32(23)), vty)
-    p2 = b.bitcast(b.shl(b.add(k2, i32(127)), i32(23)), vty)
-    out = b.fmul(b.fmul(y, p1), p2)
-    out = b.select(b.fcmp_ordered(">", x, hi), f(float("inf")), out)
-    out = b.select(b.fcmp_ordered("<", x, lo), f(0.0), out)
-    return b.select(b.fcmp_unordered("uno", x, x), x, out)
+    i32 = lambda v: ir.Constant(ity, [v] * n)            # noqa: E731
+    fma = lambda a, m, c: fg.call_intrinsic(f"llvm.fma.v{n}f32", vty, [a, m, c])   # noqa: E731
+    hi, lo = f(89.0), f(-110.0)
+    xc = b.select(b.fcmp_ordered("<", hi, x), hi, x)
+    xc = b.select(b.fcmp_ordered(">", lo, xc), lo, xc)
+    magic = f(12582912.0)                  # no fast-math flags here: t - magic must not fold away
+    t = fma(xc, f(1.44269504088896341), magic)
+    k = b.sub(b.bitcast(t, ity), i32(0x4B400000))           # in [-159, 129]
+    fx = b.fsub(t, magic)
+    r = fma(fx, f(-0.693359375), xc)                         # ln2 in two parts: r stays exact
+    r = fma(fx, f(2.12194440e-4), r)
+    q = f(float.fromhex("0x1.6a2256p-10"))
+    for c in ("0x1.123b02p-7", "0x1.5558f8p-5", "0x1.555490p-3", "0x1.fffffcp-2"):
+        q = fma(q, r, f(float.fromhex(c)))
+    y = fma(q, b.fmul(r, r), r)                              # exp(r) - 1
+    k1 = b.ashr(k, i32(1))                                   # 2**k = 2**k1 * 2**(k - k1), both normal
+    s1 = b.bitcast(b.add(b.shl(k1, i32(23)), i32(0x3F800000)), vty)
+    s2 = b.bitcast(b.add(b.shl(b.sub(k, k1), i32(23)), i32(0x3F800000)), vty)
+    return b.fmul(fma(y, s1, s1), s2)
 
 
 def vector_tanh(fg: FunctionGen, x):

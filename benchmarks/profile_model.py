@@ -17,7 +17,7 @@ and the feeds/outputs copies).
 two kernels of each such group side by side in the same rounds, and the two whole models too: how a
 default of the generated space was chosen (docs/decisions/026-row-groups.md). ``--ab-set
 package.module.NAME=VALUE`` does the same for every group whose start's loop nest a module constant changes
-(``--ab-set schedules.space.FUSE_PARTLY=False``).
+(``--ab-set schedules.elementwise.FUSE_PARTLY=False``).
 """
 from __future__ import annotations
 

@@ -43,7 +43,8 @@ from tensorir.te import AxisKind
 from .conv_space import find_convs, tile_conv
 from .winograd_space import find_winograd, tile_winograd
 from .rows import schedule_host, shared_in_row
-from .transpose_tiles import transpose_tile
+from . import elementwise
+from .elementwise import schedule_elementwise
 from .prefetch import PANEL_DISTANCE, prefetch_decision
 from .decisions import DecisionSource, FixedDecisions, MutatedDecisions, OptunaDecisions, RandomDecisions  # noqa: F401
 from .schedule import Schedule
@@ -59,11 +60,6 @@ FEW_ROWS_OPERAND = 1 << 17
 FEW_ROWS_TASK_COLUMNS = 64
 # False: the start packs no input whose panel is its own layout (why: docs/decisions/065-no-pack-of-a-whole-panel.md)
 PACK_WHOLE_PANELS = False
-# An elementwise stage fuses its outer loops only until the parallel loop has this many iterations
-# (with FUSE_PARTLY; False: all of them): the loops inside step their addresses, where every iteration of a
-# fused loop divides its index back into each axis (why: docs/decisions/066-elementwise-stages-fuse-partly.md)
-FUSE_PARTLY = True
-PARALLEL_ITERATIONS = 64
 MAX_UNROLLED_BODY = 64   # vector FMAs (tile rows x vectors per row x inner reduce iterations) unrolled
 
 
@@ -202,44 +198,12 @@ class GeneratedSpace:
                 continue  # handled by a rule already (e.g. a pack stage of an anchor)
             if st.is_reduction:
                 continue  # a hosted reduction left at root: default loops
-            s = self._elementwise(s, src, st.name, keep_outer=False, transposing=True, partial=FUSE_PARTLY)
+            s = self._elementwise(s, src, st.name, keep_outer=False, transposing=True, partial=elementwise.FUSE_PARTLY)
         return s
 
     # ---------------------------------------------------------------- rules
-    def _elementwise(self, s: Schedule, src, name: str, keep_outer: bool, parallel: bool = True,
-                     chunks_first: bool = False, transposing: bool = False, partial: bool = False) -> Schedule:
-        """Vectorize the last loop; fuse the others unless ``keep_outer``; parallelize the outermost
-        if ``parallel`` (off for a stage computed inside a parallel loop) and the decision says so.
-        ``chunks_first``: the loop over the last loop's vector chunks goes right after the first
-        loop (a transposing pack then gathers one vector's rows at a time, see ``_tile_anchor``).
-        ``transposing``: a stage whose vector axis strides through an input may be tiled
-        (``schedules/transpose_tiles.py``)."""
-        st = s._state.stage(name)
-        loops = s.loops(name)
-        last = loops[-1]
-        n = s.extent(last)
-        if len(loops) == 1 and keep_outer:
-            return s.parallel(last) if parallel and src.choose(f"{name}.parallel", [True, False]) else s
-        v = src.choose(f"{name}.vector", self.vector_choices(n, st.dtype))
-        if v > 1:
-            s = s.split(last, factor=v)
-            s = s.vectorize(s.loops(name)[-1])
-            split = s.loops(name)
-            if chunks_first and len(split) > 3 and s.extent(split[-2]) > 1:
-                s = s.reorder(split[-2], *split[1:-2])
-        inner = 1 if v > 1 else 0
-        if transposing:
-            s, inner = transpose_tile(s, src, name, inner)
-        outer = s.loops(name)[:len(s.loops(name)) - inner]
-        if not outer:
-            return s
-        if not keep_outer and len(outer) > 1:
-            while len(outer) > 1 and not (partial and s.extent(outer[0]) >= PARALLEL_ITERATIONS):
-                s = s.fuse(outer[0], outer[1])
-                outer = s.loops(name)[:len(outer) - 1]
-        if parallel and src.choose(f"{name}.parallel", [True, False]):
-            s = s.parallel(outer[0])
-        return s
+    # R4 and the vector loops of other rules' stages (packs, pads, row hosts): schedules/elementwise.py
+    _elementwise = schedule_elementwise
 
     def _tile_anchor(self, s: Schedule, src, name: str, epilogue: str | None) -> Schedule:
         st = s._state.stage(name)

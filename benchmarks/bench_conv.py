@@ -116,6 +116,15 @@ LAYERS = {
         "c1x1_72-20@31": _conv(72, 31, 20, 1, 1, 0),
         "dw72@25": _dw(72, 25, 1),
     },
+    "bottleneck": {  # the stride-1 1x1 convs of ResNet-50 / ResNeXt bottlenecks: most of those networks' FLOPs
+        "c1x1_256-64@56": _conv(256, 56, 64, 1, 1, 0),
+        "c1x1_64-256@56": _conv(64, 56, 256, 1, 1, 0),
+        "c1x1_256-128@56": _conv(256, 56, 128, 1, 1, 0),
+        "c1x1_128-256@56": _conv(128, 56, 256, 1, 1, 0),
+        "c1x1_512-128@28": _conv(512, 28, 128, 1, 1, 0),
+        "c1x1_1024-256@14": _conv(1024, 14, 256, 1, 1, 0),
+        "c1x1_2048-512@7": _conv(2048, 7, 512, 1, 1, 0),
+    },
     "pooling": {   # not convolutions: reported apart, no target
         "maxpool3x3s2@112": ("max_pool2d", dict(N=1, C=64, H=112, W=112, R=3, S=3, stride=2, pad=1)),
         "avgpool2x2s2@28": ("avg_pool2d", dict(N=1, C=128, H=28, W=28, R=2, S=2, stride=2, pad=0)),

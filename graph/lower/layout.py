@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 
 from graph.ir import Graph, Node
-from graph.lower.core import NHWC, blocked
+from graph.lower.core import NHWC, block_of, blocked
 from graph.lower.linalg import conv_block, grouped_block, is_blocked_depthwise
 from graph.ops.registry import Pattern, get_op
 from tensorir.target import Target
@@ -268,4 +268,54 @@ def plan_blocked(graph: Graph, groups: list) -> tuple:
     is a graph output, its group writes ``<name>.blocked`` and an Identity group after it the
     row-major output (groups stay in order)."""
     chosen = choose_blocked(graph, groups)
-    return _with_relayouts(graph, groups, lambda g, _: chosen.get(g.outputs[0]) if g.outputs else None, "blocked")
+    graph, groups, layouts = _with_relayouts(graph, groups, lambda g, _: chosen.get(g.outputs[0]) if g.outputs else None,
+                                             "blocked")
+    return _blocked_residuals(graph, groups, layouts) if BLOCK_RESIDUALS else (graph, groups, layouts)
+
+
+# A row-major value that a blocked group adds to its output (a residual: a block's own input) is copied
+# into the block once by an Identity group, which the blocked convs reading it read too; False: that group
+# reads it row-major, a strided gather per vector (why: docs/decisions/069-row-major-residuals-are-blocked-once.md)
+BLOCK_RESIDUALS = True
+
+
+def _residual_block(graph: Graph, group, v: str, layouts: dict):
+    """The block of ``group``'s blocked output if the group reads row-major ``v`` of the output's shape
+    other than as its conv's data (an epilogue operand), else None."""
+    block = block_of(layouts.get(group.outputs[0])) if len(group.outputs) == 1 else None
+    anchor = next((n for n in group.nodes if n.op == "Conv"), None)
+    if block is None or anchor is None or anchor.inputs[0] == v or graph.types[v] != graph.types[group.outputs[0]]:
+        return None
+    return block if any(v in n.inputs for n in group.nodes if n is not anchor) else None
+
+
+def _blocked_residuals(graph: Graph, groups: list, layouts: dict) -> tuple:
+    """``(graph, groups, layouts)`` with a blocked copy of every row-major rank-4 float value that a
+    blocked conv group adds to its output; the groups that add it and the blocked convs that read it
+    read the copy (the copy goes right before the first of them)."""
+    from graph.fusion import FusedGroup
+    types, out = dict(graph.types), list(groups)
+    for v in sorted({v for g in groups for v in g.inputs}):
+        t = graph.types[v]
+        if v in layouts or v in graph.constants or t.rank != 4 or t.dtype not in ("float32", "float64"):
+            continue
+        blocks = {_residual_block(graph, g, v, layouts) for g in out} - {None}
+        if len(blocks) != 1:
+            continue
+        block = blocks.pop()
+        copy = f"{v}.nchw{block}c"
+        while copy in types:
+            copy += "_"
+        readers = [n for n, g in enumerate(out) if _residual_block(graph, g, v, layouts) == block
+                   or (block_of(layouts.get(g.outputs[0]) if g.outputs else None)
+                       and any(n2.op == "Conv" and n2.inputs[0] == v for n2 in g.nodes))]
+        for n in readers:
+            g = out[n]
+            nodes = tuple(node.with_(inputs=tuple(copy if i == v else i for i in node.inputs)) for node in g.nodes)
+            out[n] = dataclasses.replace(g, nodes=nodes, inputs=tuple(copy if i == v else i for i in g.inputs))
+        types[copy], layouts[copy] = t, blocked(block)
+        node = Node(f"{v}.block{block}", "Identity", (v,), (copy,))
+        out.insert(readers[0], FusedGroup((node,), (v,), (copy,), Pattern.ELEMWISE))
+    if len(out) == len(groups):
+        return graph, groups, layouts
+    return graph.replace(nodes=tuple(n for g in out for n in g.nodes), types=types), out, layouts

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from tensorir.te import AxisKind, Reduce, TensorRead
 from tensorir.te.expr import Binary, BinOp, Const, Var
-from tensorir.tir.analysis.affine import coefficient
+from tensorir.tir.analysis.affine import coefficient, mentions
 
 
 @dataclass(frozen=True)
@@ -39,11 +39,6 @@ class ConvInfo:
 
 def _bare(e, var_set) -> Var | None:
     return e if isinstance(e, Var) and e in var_set else None
-
-
-def _mentions(e, v) -> bool:
-    from tensorir.te import walk
-    return any(n == v for n in walk(e))
 
 
 def matching_stages(g, match) -> dict:
@@ -90,8 +85,8 @@ def _match(g, st) -> ConvInfo | None:
         if c is None and not depthwise:
             continue
         chan = k if depthwise else c
-        if di[0] != n or di[1] != chan or not (_mentions(di[2], p) and _mentions(di[2], r)) \
-                or not (_mentions(di[3], q) and _mentions(di[3], s)) or _mentions(di[2], q) or _mentions(di[3], p):
+        if di[0] != n or di[1] != chan or not (mentions(di[2], p) and mentions(di[2], r)) \
+                or not (mentions(di[3], q) and mentions(di[3], s)) or mentions(di[2], q) or mentions(di[3], p):
             continue
         if red != ({r, s} if depthwise else {c, r, s}):
             continue
@@ -130,10 +125,10 @@ def _match_pool(g, st, red, d) -> ConvInfo | None:
     n, c, p, q = (st.root_vars[a] for a in st.spatial_root)
     if len(d.indices) != 4 or len(red) != 2 or d.indices[0] != n or d.indices[1] != c:
         return None
-    r = next((v for v in red if _mentions(d.indices[2], v)), None)
-    s = next((v for v in red if _mentions(d.indices[3], v)), None)
-    if r is None or s is None or r == s or not _mentions(d.indices[2], p) or not _mentions(d.indices[3], q) \
-            or _mentions(d.indices[2], s) or _mentions(d.indices[3], r):
+    r = next((v for v in red if mentions(d.indices[2], v)), None)
+    s = next((v for v in red if mentions(d.indices[3], v)), None)
+    if r is None or s is None or r == s or not mentions(d.indices[2], p) or not mentions(d.indices[3], q) \
+            or mentions(d.indices[2], s) or mentions(d.indices[3], r):
         return None
     ok, pad = _data_stage(g, d)
     if not ok:
@@ -153,10 +148,10 @@ def _match_pool_blocked(g, st, red, d) -> ConvInfo | None:
     di = d.indices
     if len(di) != 5 or len(red) != 2 or di[0] != n or di[1] != co or di[4] != ci:
         return None
-    r = next((v for v in red if _mentions(di[2], v)), None)
-    s = next((v for v in red if _mentions(di[3], v)), None)
-    if r is None or s is None or r == s or not _mentions(di[2], p) or not _mentions(di[3], q) \
-            or _mentions(di[2], s) or _mentions(di[3], r):
+    r = next((v for v in red if mentions(di[2], v)), None)
+    s = next((v for v in red if mentions(di[3], v)), None)
+    if r is None or s is None or r == s or not mentions(di[2], p) or not mentions(di[3], q) \
+            or mentions(di[2], s) or mentions(di[3], r):
         return None
     pad = None
     if not getattr(d.tensor, "is_placeholder", False):
@@ -194,8 +189,8 @@ def _match_blocked_depthwise(g, st, red, src) -> ConvInfo | None:
         r, s = _bare(wi[1], red), _bare(wi[2], red)
         if r is None or s is None or r == s or red != {r, s} or wi[0] != co or wi[3] != ci:
             continue
-        if di[0] != n or di[1] != co or di[4] != ci or not (_mentions(di[2], p) and _mentions(di[2], r)) \
-                or not (_mentions(di[3], q) and _mentions(di[3], s)) or _mentions(di[2], s) or _mentions(di[3], r):
+        if di[0] != n or di[1] != co or di[4] != ci or not (mentions(di[2], p) and mentions(di[2], r)) \
+                or not (mentions(di[3], q) and mentions(di[3], s)) or mentions(di[2], s) or mentions(di[3], r):
             continue
         ok, pad = _blocked_data(g, d)
         if not ok:
@@ -220,10 +215,10 @@ def _match_blocked(g, st, red, src) -> ConvInfo | None:
             continue
         # grouped: the output block's group's input blocks, D[n, ko * m + co, ...] (block-diagonal weights)
         grouped = di[1] != co
-        if grouped and not (_mentions(di[1], ko) and _mentions(di[1], co) and coefficient(di[1], co) == 1):
+        if grouped and not (mentions(di[1], ko) and mentions(di[1], co) and coefficient(di[1], co) == 1):
             continue
-        if di[0] != n or di[4] != ci or not (_mentions(di[2], p) and _mentions(di[2], r)) \
-                or not (_mentions(di[3], q) and _mentions(di[3], s)):
+        if di[0] != n or di[4] != ci or not (mentions(di[2], p) and mentions(di[2], r)) \
+                or not (mentions(di[3], q) and mentions(di[3], s)):
             continue
         pad = None
         if not getattr(d.tensor, "is_placeholder", False):

@@ -23,7 +23,7 @@ host's outermost loop, which alone is parallel (the rule before rows: for a batc
 """
 from __future__ import annotations
 
-from tensorir.te import walk
+from tensorir.tir.analysis.affine import mentions
 
 from .schedule import Schedule
 from .state import AttachKind
@@ -32,10 +32,6 @@ from .tiling import fuse_loops
 
 BLOCK_ELEMENTS = 512
 """Most elements per block of rows of a stage computed per row, at the heuristic start."""
-
-
-def _mentions(e, v) -> bool:
-    return any(n == v for n in walk(e))
 
 
 def row_axes(state, host: str, hosted: list) -> int:
@@ -58,7 +54,7 @@ def row_axes(state, host: str, hosted: list) -> int:
                 if read.tensor is not red.tensor:
                     continue
                 seen = True
-                positions &= {p for p, v in enumerate(own) if any(_mentions(i, v) for i in read.indices)}
+                positions &= {p for p, v in enumerate(own) if any(mentions(i, v) for i in read.indices)}
     if not seen:
         return 0
     m = 0

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 from schedules.lowering.checks import MAX_VECTOR_LANES
 from tensorir.te import AxisKind
+from tensorir.tir.analysis.affine import mentions
 
 from .conv_space import find_convs, tile_conv
 from .winograd_space import find_winograd, tile_winograd
@@ -291,7 +292,7 @@ class GeneratedSpace:
             vec_var = st.root_vars[vec_axis.split(".", 1)[1]]
             for tensor, dim in _packable(st, row.split(".", 1)[1]):
                 tname = s._state.name_of(tensor)
-                if any(_mentions(i, vec_var) for r in st.reads() if r.tensor is tensor for i in r.indices):
+                if any(mentions(i, vec_var) for r in st.reads() if r.tensor is tensor for i in r.indices):
                     continue
                 # the heuristic packs when the rows are the source's contiguous axis (A[k, i])
                 src.hint(f"{name}.pack_{tname}", dim == tensor.ndim - 1)
@@ -380,8 +381,8 @@ class GeneratedSpace:
         k = st.root_vars[reduce[-1]]
         reads = st.reads()
         streamed = [r for r in reads if r.indices and r.indices[-1] == k
-                    and all(any(_mentions(i, v) for i in r.indices) for v in spatial)]
-        if not streamed or any(r.indices and _mentions(r.indices[-1], spatial[-1]) for r in reads):
+                    and all(any(mentions(i, v) for i in r.indices) for v in spatial)]
+        if not streamed or any(r.indices and mentions(r.indices[-1], spatial[-1]) for r in reads):
             return 0
         lanes = self.lanes(st.dtype)
         choices = [0] + [m * lanes for m in (1, 2, 4) if m * lanes <= st.loops[reduce[-1]].extent]
@@ -403,8 +404,8 @@ class GeneratedSpace:
         if len(reduce) != 1:
             return 0
         k, extent = st.root_vars[reduce[0]], st.loops[reduce[0]].extent
-        reads = [r for r in st.reads() if any(_mentions(i, k) for i in r.indices)]
-        if not reads or any(_mentions(i, k) for r in reads for i in r.indices[:-1]) \
+        reads = [r for r in st.reads() if any(mentions(i, k) for i in r.indices)]
+        if not reads or any(mentions(i, k) for r in reads for i in r.indices[:-1]) \
                 or not all(r.indices[-1] == k for r in reads):
             return 0
         lanes = self.lanes(st.dtype)
@@ -531,14 +532,9 @@ def _packable(stage, vec_loop: str) -> list:
             continue
         dims = [d for d, i in enumerate(r.indices) if i == v]
         others = [i for d, i in enumerate(r.indices) if d not in dims]
-        if len(dims) == 1 and not any(_mentions(i, v) for i in others):
+        if len(dims) == 1 and not any(mentions(i, v) for i in others):
             out.setdefault(id(t), (t, dims[0]))
     return list(out.values())
-
-
-def _mentions(e, v) -> bool:
-    from tensorir.te import walk
-    return any(n == v for n in walk(e))
 
 
 __all__ = ["GeneratedSpace", "SpaceOptions", "DecisionSource", "FixedDecisions", "RandomDecisions",

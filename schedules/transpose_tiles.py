@@ -16,13 +16,9 @@ The BERT layer's key transpose ran 4x faster so (docs/decisions/026-row-groups.m
 """
 from __future__ import annotations
 
-from tensorir.te import walk
+from tensorir.tir.analysis.affine import mentions
 
 from .schedule import Schedule
-
-
-def _mentions(e, v) -> bool:
-    return any(n == v for n in walk(e))
 
 
 def transposed_axis(stage) -> int | None:
@@ -33,10 +29,10 @@ def transposed_axis(stage) -> int | None:
         return None
     last, best = own[-1], None
     for read in stage.reads():
-        if not read.indices or _mentions(read.indices[-1], last) \
-                or not any(_mentions(i, last) for i in read.indices[:-1]):
+        if not read.indices or mentions(read.indices[-1], last) \
+                or not any(mentions(i, last) for i in read.indices[:-1]):
             continue
-        pos = [p for p, v in enumerate(own[:-1]) if _mentions(read.indices[-1], v)]
+        pos = [p for p, v in enumerate(own[:-1]) if mentions(read.indices[-1], v)]
         if pos:
             best = max(pos) if best is None else max(best, max(pos))
     return best

@@ -149,12 +149,18 @@ def _compiled_with_space(graph, threads: int, text: str):
 
 
 def _compiled_with_setting(graph, threads: int, module, name: str, value):
-    """The model compiled with ``module.<name>`` set to ``value`` (restored after)."""
+    """The model compiled with ``module.<name>`` set to ``value`` (restored after); the compile cache is
+    cleared before and after, so a code generation constant rebuilds kernels whose loop nests are the same."""
     from start_setting import setting
+    from tensorir.runtime import clear_cache
     from tuner.model_api import compile_model
-    with setting(module, name, value), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return compile_model(graph, threads=threads)
+    clear_cache()
+    try:
+        with setting(module, name, value), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return compile_model(graph, threads=threads)
+    finally:
+        clear_cache()
 
 
 def _ab(row: dict, res: dict, other: str, ours: str, what: str, ours_text: str, other_text: str, log) -> None:

@@ -83,19 +83,29 @@ def _override(tensors, overrides: dict, threads: int):
 
 def _under_setting(tensors, chosen: tuple, threads: int):
     """The kernel of ``tensors``' heuristic start with a module constant set (``chosen``: module, name,
-    value), or None when its loop nest is the same as without."""
+    value), or None when its loop nest and its assembly are the same as without (a code generation
+    constant such as ``tensorir.codegen.vector.STRIDED_LOADS`` changes the assembly only)."""
     from schedules.decisions import FixedDecisions
     from schedules.space import GeneratedSpace
     from start_setting import setting
     from tensorir.runtime import build as build_func
+    from tensorir.runtime import clear_cache
     space = GeneratedSpace(list(tensors))
-    before = str(space.apply(FixedDecisions(space.default_decisions())).lower())
+    default = space.apply(FixedDecisions(space.default_decisions())).lower()
+    same_nest = False
     with setting(*chosen):
         schedule = space.apply(FixedDecisions(space.default_decisions()))
-    func = schedule.lower()
-    if str(func) == before:
+        func = schedule.lower()
+        same_nest = str(func) == str(default)
+        if same_nest:
+            clear_cache()      # the same loop nest: a code generation constant may still change the kernel
+        try:
+            kernel = build_func(func)
+        finally:
+            if same_nest:
+                clear_cache()
+    if same_nest and kernel.asm() == build_func(default).asm():
         return None
-    kernel = build_func(func)
     kernel.threads = threads
     kernel.schedule = schedule
     return kernel

@@ -19,6 +19,11 @@ if TYPE_CHECKING:
     from tensorir.codegen.function import FunctionGen
 
 
+# An unmasked load whose lanes are a constant stride apart is one scalar load per lane at a constant
+# offset (False: an llvm.masked.gather of a vector of addresses); why: docs/decisions/070-strided-loads-are-scalar-loads.md
+STRIDED_LOADS = True
+
+
 class VectorContext:
     """Emits the body of a VECTORIZED loop once, with ``extent`` lanes.
 
@@ -105,6 +110,8 @@ class VectorContext:
                 return "contig", ptr
             if coef == 2 and load:
                 return "stride2", ptr
+            if load and self.mask is None and STRIDED_LOADS:
+                return "strided", (ptr, coef)
             steps = ir.Constant(ir.VectorType(I64, self.lanes), [coef * k for k in range(self.lanes)])
             return "gather", self.vector_gep(ptr, steps, elt)
         off = fg.offset(buf, indices)
@@ -167,6 +174,8 @@ class VectorContext:
         align_c = ir.Constant(I32, align)
         if kind == "stride2":
             return self._load_stride2(ptr, vty, align)
+        if kind == "strided":
+            return self._load_strided(*ptr, vty, align)
         if kind == "scalar":
             if self.mask is None:
                 return fg.b.load(ptr, typ=elt, align=align)
@@ -186,6 +195,17 @@ class VectorContext:
         mask = self.all_true() if self.mask is None else self.mask
         return fg.call_intrinsic(f"llvm.masked.gather.{type_suffix(vty)}.v{self.lanes}p0", vty,
                                  [ptr, align_c, mask, zero])
+
+    def _load_strided(self, ptr, step: int, vty, align: int):
+        """Lanes ``step`` elements apart, every lane enabled: one scalar load per lane at a constant
+        offset from ``ptr``, inserted into the vector. LLVM scalarizes a gather on this CPU anyway, but
+        from a vector of addresses it extracts one by one; loads of a stack tile at constant offsets
+        also let SROA keep the tile in registers and turn the inserts into shuffles (a transpose)."""
+        b, v = self.fg.b, ir.Constant(vty, None)
+        for k in range(self.lanes):
+            p = ptr if k == 0 else b.gep(ptr, [ir.Constant(I64, k * step)], inbounds=True, source_etype=vty.element)
+            v = b.insert_element(v, b.load(p, typ=vty.element, align=align), ir.Constant(I32, k))
+        return v
 
     def _load_stride2(self, ptr, vty, align: int):
         """Every other element from ``ptr`` (a stride-2 window, a subsampling copy): two contiguous

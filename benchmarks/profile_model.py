@@ -92,7 +92,6 @@ def _under_setting(tensors, chosen: tuple, threads: int):
     from tensorir.runtime import clear_cache
     space = GeneratedSpace(list(tensors))
     default = space.apply(FixedDecisions(space.default_decisions())).lower()
-    same_nest = False
     with setting(*chosen):
         schedule = space.apply(FixedDecisions(space.default_decisions()))
         func = schedule.lower()

@@ -18,8 +18,9 @@ from .transpose_tiles import transpose_tile
 FUSE_PARTLY = True
 PARALLEL_ITERATIONS = 64
 # A stage that evaluates exp, sigmoid, tanh or log starts with up to this many native vectors per iteration
-# (the most that divide its last loop; 1: one vector as other stages): each is a chain of ~20 dependent operations, and independent chains side by side keep the FMA units
-# busy (why: docs/decisions/068-transcendental-stages-take-wide-vectors.md)
+# (the most that divide its last loop; 1: one vector as other stages): each is a chain of ~20 dependent
+# operations, and independent chains side by side keep the FMA units busy
+# (why: docs/decisions/068-transcendental-stages-take-wide-vectors.md)
 TRANSCENDENTAL_VECTORS = 4
 _TRANSCENDENTAL = (UnOp.EXP, UnOp.SIGMOID, UnOp.TANH, UnOp.LOG)
 

@@ -5,8 +5,8 @@
                                            [--rounds 7] [--json PATH]
 
 For every layer of ``bench_conv.py``'s networks, the generated space's first trial is taken with the module's
-constant as it is ("old") and with ``--set`` ("new"; restored after). Layers whose start is the same under both
-are listed and not timed; the others are timed in one process with onnxruntime's kernel (``bench_conv.compare_variants``:
+constant as it is ("old") and with ``--set`` ("new"; restored after). Layers whose start (its schedule: the
+decisions and what the rule does with them) is the same under both are listed and not timed; the others are timed in one process with onnxruntime's kernel (``bench_conv.compare_variants``:
 alternating rounds, a pause at every switch, medians), and the line gives both tiles, GFLOP/s, ratios to
 onnxruntime and new/old. The geometric mean of new/old over the changed layers closes each thread count: the
 figure a decision note quotes for a start's default.
@@ -67,7 +67,7 @@ def main(argv=None) -> int:
                     continue
                 spec = bc.layer_spec(workload, params, args.form)
                 old_d, old_t, new_d, new_t = starts(spec, module, name, value)
-                if old_d == new_d:
+                if old_t == new_t:
                     print(f"t={threads} {net} {layer}: same start", flush=True)
                     continue
                 t = bc.compare_variants(spec, {"old": old_t, "new": new_t}, threads, args.rounds,

@@ -32,7 +32,9 @@ The heuristic start (the tiles chosen from the shape and the CPU) is in ``schedu
 from __future__ import annotations
 
 from schedules.lowering.checks import MAX_VECTOR_LANES
+from schedules.lowering.prefetch import LINE_BYTES
 from tensorir.te import AxisKind
+from tensorir.te.expr import itemsize
 
 from .conv_match import ConvInfo, find_convs  # noqa: F401  (find_convs: the space finds the anchors here)
 from .conv_start import (LOCAL_VALUES, block_choices, block_widths, depthwise_tile, heuristic_tile, lane_choices,
@@ -51,6 +53,7 @@ SMALL_BLOCK_WEIGHTS = 2   # a 1x1's task weights, in LOCAL_VALUES, up to which b
 #                           the whole reduction in the register tile (1: as wider blocks; decision 061)
 CONV_PREFETCH = PANEL_DISTANCE   # bytes ahead the start prefetches a packed weight block (0: none)
 AVX2_1X1_NO_PREFETCH = True      # ... but not a 1x1's whose tasks keep the reduction in the tile, with 16 registers
+PREFETCH_PER_LINE = True         # ... at the tap loop where a channel's weights are under a line (decision 071)
 
 
 def _chunks_outside_taps(s, w_pack: str):
@@ -64,6 +67,17 @@ def _chunks_outside_taps(s, w_pack: str):
     if chunk in loops and all(lp in loops for lp in rest) and s.extent(chunk) > 1:
         s = s.reorder(chunk, *rest)
     return s
+
+
+def _prefetch_loop(below: list, lane_bytes: int) -> str:
+    """The reduction loop whose iterations prefetch the weight stream: the innermost (a block's input
+    channels), unless one of its iterations reads less than a cache line of each output-channel block
+    (AVX2's blocks of 8 floats: 32 bytes) and a tap loop is around it; there one prefetch per line, not
+    per channel (the unrolled channels issued two per line, and a tile of 4 blocks 32 prefetches per 64
+    FMAs: 0.70x of no prefetch; docs/decisions/071-conv-prefetch-once-per-line.md)."""
+    if lane_bytes < LINE_BYTES and len(below) >= 2 and PREFETCH_PER_LINE:
+        return below[-2]
+    return below[-1]
 
 
 def _vectorize_copy(s, loop: str, lanes: int):
@@ -331,7 +345,8 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
         # start's distance: docs/decisions/032-conv-weight-prefetch.md); not a depthwise block's (1-2 KiB)
         # nor, with 16 registers, a 1x1's whose tasks reuse their weights tile after tile (decision 062)
         quiet = dw_blocked or (tile_tasks_1x1 and space.registers < 32 and AVX2_1X1_NO_PREFETCH)
-        s = prefetch_decision(src, f"{name}.prefetch_{info.weights}", s, w_stream, below[-1],
+        s = prefetch_decision(src, f"{name}.prefetch_{info.weights}", s, w_stream,
+                              _prefetch_loop(below, (info.kb if info.blocked else kb) * itemsize(st.dtype)),
                               0 if quiet else CONV_PREFETCH)
     fmas = pt * qt * m
     if below:

@@ -50,15 +50,19 @@ def spare_registers(info: ConvInfo, registers: int, vectors: int) -> int:
 
 
 GUARDED_COST = 4.0   # a guarded edge tile's time per useful FMA, in full tiles' (memory accumulators)
+# ... but with 16 registers an edge in the rows or the columns alone runs as a smaller register tile (decision
+# 058): about a full tile's time, its few accumulators latency-bound (docs/decisions/072-avx2-pinned-edges-cost-a-full-tile.md)
+PINNED_EDGE_COST = 1.0
 
 
-def edge_share(n: int, t: int) -> float:
-    """Useful share of the time over ``n`` in tiles of ``t``: the edge tile runs guarded code (a
-    single tile wider than ``n`` is clipped to it instead: its waste is the lanes past ``n``)."""
+def edge_share(n: int, t: int, cost: float | None = None) -> float:
+    """Useful share of the time over ``n`` in tiles of ``t``: the edge tile runs guarded code at
+    ``cost`` (default ``GUARDED_COST``) times a full tile's time (a single tile wider than ``n`` is
+    clipped to it instead: its waste is the lanes past ``n``)."""
     if n < t:
         return n / t
     full, rest = divmod(n, t)
-    return n / (full * t + (GUARDED_COST * t if rest else 0))
+    return n / (full * t + ((GUARDED_COST if cost is None else cost) * t if rest else 0))
 
 
 # One-vector tiles with 16 registers (AVX2): the vector loads, broadcasts included, a core feeds its FMAs
@@ -87,9 +91,11 @@ def heuristic_tile(info: ConvInfo, lanes: int, registers: int) -> tuple:
     Accumulators ``pt * qt * kb/lanes`` plus ``kb/lanes`` weight vectors must fit, and a register
     for the broadcast input (see :func:`spare_registers`).  Among those, the tile with the most
     useful FMAs per register (with 16 registers, at the highest FMA rate: :func:`fma_rate`): a
-    tile that does not divide ``K``, ``P`` or ``Q`` runs its edge in
+    tile that does not divide ``K``, or both ``P`` and ``Q``, runs its edges in
     guarded code without register accumulators, ``GUARDED_COST`` times slower (ResNet 512@7: 2
-    vectors x 7 columns x 2 rows, whose last row is such an edge, ran at 0.6x of 2 x 7 x 1).
+    vectors x 7 columns x 2 rows, whose last row is such an edge, ran at 0.6x of 2 x 7 x 1, before
+    decision 058); with 16 registers, one that divides one of ``P`` and ``Q`` runs its edge as a smaller
+    register tile, ``PINNED_EDGE_COST``.
     """
     best, best_score = (lanes, 1, 1), -1.0
     # a depthwise window reuses no weight vector across channels: one vector per tile, more tasks
@@ -116,7 +122,11 @@ def heuristic_tile(info: ConvInfo, lanes: int, registers: int) -> tuple:
                 acc = pt * qt * m
                 if acc + m + spare_registers(info, registers, m) > registers:
                     continue
-                use_k, use_q, use_p = edge_share(info.K, kb), edge_share(info.Q, qt), edge_share(info.P, pt)
+                # an edge in the rows or the columns alone is pinned to a smaller register tile (decision
+                # 058); edges in both leave guarded tiles (measured with 16 registers only: decision 072)
+                both = info.Q > qt and info.Q % qt and info.P > pt and info.P % pt
+                cost = GUARDED_COST if both or info.depthwise or registers >= 32 else PINNED_EDGE_COST
+                use_k, use_q, use_p = edge_share(info.K, kb), edge_share(info.Q, qt, cost), edge_share(info.P, pt, cost)
                 # ties: more weight vectors per broadcast (14 x 2 vectors loads 16 per 28 FMAs, 28 x 1 loads 29)
                 score = fma_rate(acc, m, registers) * use_k * use_q * use_p * (kb / (m * lanes)) * (1 + 0.01 * min(m, 2))
                 if score > best_score + 1e-9:

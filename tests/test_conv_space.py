@@ -412,3 +412,50 @@ def test_an_avx2_1x1_whose_tasks_reuse_their_weights_starts_without_a_prefetch(o
     if options is AVX2 and R == 1:
         assert d["Y.order"] == "|crs" and d["Y.q2"] == 1
         _run(s, "conv2d_nchwc", params)
+
+
+@pytest.mark.parametrize("per_line", [True, False])
+def test_avx2_blocks_of_8_prefetch_their_weights_once_per_line(per_line, monkeypatch):
+    # one input channel of a block of 8 output channels is 32 bytes of weights: prefetched per channel, the
+    # unrolled channels issued two prefetches per line; at the tap loop around them, one per line (decision 071)
+    import schedules.conv_space as cs
+    monkeypatch.setattr(cs, "PREFETCH_PER_LINE", per_line)
+    params = dict(N=1, C=64, H=7, W=7, K=64, R=3, S=3, stride=1, pad=1, cb=8, kb=8, dtype="float32")
+    space = GeneratedSpace(get_workload("conv2d_nchwc").make(**params), AVX2)
+    d = space.default_decisions()
+    assert d["Y.prefetch_Wt"] == 4096 and d["Y.unroll_inner"]
+    s = space.apply(FixedDecisions(d))
+    lines = str(s.lower()).splitlines()
+    first = next(i for i, ln in enumerate(lines) if "prefetch(" in ln)
+    assert ("for Y_local.s in" in lines[first - 1]) == per_line
+    blocks = d["Y.kb"] // 8
+    # unrolled, per tile (the full tiles and the edge): 8 x 8 floats per tap and block, 4 lines of 64 bytes
+    prefetches = s.build().llvm_ir.count("call void @llvm.prefetch")
+    tiles = sum(1 for ln in lines if "for Y_local.r in" in ln)
+    assert prefetches == tiles * blocks * (4 if per_line else 8)
+    _run(s, "conv2d_nchwc", params)
+
+
+@pytest.mark.parametrize("options,tile", [(AVX2, (16, 4, 1)), (AVX512, None)])
+def test_avx2_rows_of_7_take_two_vectors_by_4_columns_and_a_pinned_edge(options, tile):
+    # 16 registers: 4 + 3 columns of 2 vectors (the 3 a smaller register tile, decision 058) ran 1.09-1.30x as
+    # fast as 7 columns of 1 vector, which loads a broadcast per FMA (decision 072); 32 registers: as before
+    import schedules.conv_start as cs
+    params = dict(N=1, C=64, H=7, W=7, K=64, R=3, S=3, stride=1, pad=1, cb=8, kb=8, dtype="float32")
+    space = GeneratedSpace(get_workload("conv2d_nchwc").make(**params), options)
+    d = space.default_decisions()
+    (info,) = find_convs(Schedule(get_workload("conv2d_nchwc").make(**params)).stage_graph()).values()
+    lanes, registers = options.vector_bits // 32, 16 if options is AVX2 else 32
+    old = cs.PINNED_EDGE_COST
+    try:
+        cs.PINNED_EDGE_COST = cs.GUARDED_COST
+        before = heuristic_tile(info, lanes, registers)
+    finally:
+        cs.PINNED_EDGE_COST = old
+    got = (d["Y.kb"], d["Y.qt"], d["Y.pt"])
+    assert got == heuristic_tile(info, lanes, registers)
+    if tile is None:
+        assert got == before
+    else:
+        assert got == tile and before == (8, 7, 1)
+        _run(space, "conv2d_nchwc", params, FixedDecisions(d))

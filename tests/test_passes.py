@@ -291,7 +291,7 @@ def test_an_edge_tile_alone_in_its_guarded_copy_runs_as_a_smaller_tile():
     < 7`` becomes ``p1 < 1``, the row loop is shortened to one row and the edge tile gets register
     accumulators of its own (1 x 7 columns), without a test; the result stays exact."""
     params = dict(N=1, C=32, H=14, W=14, K=16, R=1, S=1, stride=2, pad=0, cb=16, kb=8, dtype="float32")
-    text = _avx2_conv_nchwc_checked(params, {"Y.pt": 2, "Y.qt": 7})
+    text = _avx2_conv_nchwc_checked(params, {"Y.kb": 8, "Y.pt": 2, "Y.qt": 7})
     assert text.count("alloc_local([2, 7, 8]") == 1 and text.count("alloc_local([1, 7, 8]") == 1
 
 

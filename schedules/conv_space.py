@@ -73,8 +73,8 @@ def _prefetch_loop(below: list, lane_bytes: int) -> str:
     """The reduction loop whose iterations prefetch the weight stream: the innermost (a block's input
     channels), unless one of its iterations reads less than a cache line of each output-channel block
     (AVX2's blocks of 8 floats: 32 bytes) and a tap loop is around it; there one prefetch per line, not
-    per channel (the unrolled channels issued two per line, and a tile of 4 blocks 32 prefetches per 64
-    FMAs: 0.70x of no prefetch; docs/decisions/071-conv-prefetch-once-per-line.md)."""
+    two (the unrolled channels' prefetches take load slots the broadcasts need;
+    docs/decisions/071-conv-prefetch-once-per-line.md)."""
     if lane_bytes < LINE_BYTES and len(below) >= 2 and PREFETCH_PER_LINE:
         return below[-2]
     return below[-1]

@@ -437,7 +437,7 @@ def test_avx2_blocks_of_8_prefetch_their_weights_once_per_line(per_line, monkeyp
 
 
 @pytest.mark.parametrize("options,tile", [(AVX2, (16, 4, 1)), (AVX512, None)])
-def test_avx2_rows_of_7_take_two_vectors_by_4_columns_and_a_pinned_edge(options, tile):
+def test_avx2_rows_of_7_take_two_vectors_by_4_columns_and_a_pinned_edge(options, tile, monkeypatch):
     # 16 registers: 4 + 3 columns of 2 vectors (the 3 a smaller register tile, decision 058) ran 1.09-1.30x as
     # fast as 7 columns of 1 vector, which loads a broadcast per FMA (decision 072); 32 registers: as before
     import schedules.conv_start as cs
@@ -446,14 +446,10 @@ def test_avx2_rows_of_7_take_two_vectors_by_4_columns_and_a_pinned_edge(options,
     d = space.default_decisions()
     (info,) = find_convs(Schedule(get_workload("conv2d_nchwc").make(**params)).stage_graph()).values()
     lanes, registers = options.vector_bits // 32, 16 if options is AVX2 else 32
-    old = cs.PINNED_EDGE_COST
-    try:
-        cs.PINNED_EDGE_COST = cs.GUARDED_COST
-        before = heuristic_tile(info, lanes, registers)
-    finally:
-        cs.PINNED_EDGE_COST = old
     got = (d["Y.kb"], d["Y.qt"], d["Y.pt"])
     assert got == heuristic_tile(info, lanes, registers)
+    monkeypatch.setattr(cs, "PINNED_EDGE_COST", cs.GUARDED_COST)
+    before = heuristic_tile(info, lanes, registers)
     if tile is None:
         assert got == before
     else:

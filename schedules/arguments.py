@@ -47,7 +47,7 @@ SIGNATURES = {
     "rfactor": (("stage",), ("factor", "axis"), (1, "stage")),
     # the tensor is an attribute, not an input: it names no handle the trace makes or consumes
     # (tuner.prepack drops the instructions on a pack it moves out, but keeps a prefetch of it)
-    "prefetch": (("loop",), ("tensor", "offset", "offset_bytes"), (0, None)),
+    "prefetch": (("loop",), ("tensor", "offset", "offset_bytes", "first"), (0, None)),
 }
 
 _WHAT = {"loop": "a loop handle like 'C.i'", "stage": "a stage name", "tensor": "a tensor name",
@@ -227,6 +227,12 @@ def _check_prefetch_attrs(inputs, attrs):
         raise PrefetchError("prefetch", f"{key} of {tensor} in loop {loop} must be >= 0 (a prefetch reads "
                             f"ahead), got {value}")
     attrs[key] = value
+    if "first" in attrs:
+        first = attrs["first"]
+        if not isinstance(first, (list, tuple)) or not all(isinstance(h, str) for h in first):
+            raise PrefetchError("prefetch", f"first= of {tensor} in loop {loop} must be a list of loop handles "
+                                f"like 'C.i', got {show(first)}")
+        attrs["first"] = list(first)
     return attrs
 
 

@@ -32,7 +32,7 @@ The heuristic start (the tiles chosen from the shape and the CPU) is in ``schedu
 from __future__ import annotations
 
 from schedules.lowering.checks import MAX_VECTOR_LANES
-from schedules.lowering.prefetch import LINE_BYTES
+from schedules.lowering.prefetch import LINE_BYTES, MAX_PREFETCHES
 from tensorir.te import AxisKind
 from tensorir.te.expr import itemsize
 
@@ -54,6 +54,7 @@ SMALL_BLOCK_WEIGHTS = 2   # a 1x1's task weights, in LOCAL_VALUES, up to which b
 CONV_PREFETCH = PANEL_DISTANCE   # bytes ahead the start prefetches a packed weight block (0: none)
 AVX2_1X1_NO_PREFETCH = True      # ... but not a 1x1's whose tasks keep the reduction in the tile, with 16 registers
 PREFETCH_PER_LINE = True         # ... at the tap loop where a channel's weights are under a line (decision 071)
+PREFETCH_FIRST_TILE = True       # ... by the first register tile of a local tile only (decision 073)
 
 
 def _chunks_outside_taps(s, w_pack: str):
@@ -345,9 +346,20 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
         # start's distance: docs/decisions/032-conv-weight-prefetch.md); not a depthwise block's (1-2 KiB)
         # nor, with 16 registers, a 1x1's whose tasks reuse their weights tile after tile (decision 062)
         quiet = dw_blocked or (tile_tasks_1x1 and space.registers < 32 and AVX2_1X1_NO_PREFETCH)
-        s = prefetch_decision(src, f"{name}.prefetch_{info.weights}", s, w_stream,
-                              _prefetch_loop(below, (info.kb if info.blocked else kb) * itemsize(st.dtype)),
-                              0 if quiet else CONV_PREFETCH)
+        # the register tiles of a local tile inside a channel block's loop reuse that block's weights:
+        # the first streams them (and the next block's, the distance ahead), the rest would prefetch
+        # lines in L1 again, taking load slots (docs/decisions/073-conv-prefetch-by-the-first-tile.md)
+        # (at a tap loop: a branch in or right around the unrolled channel loop split its FMAs into blocks
+        # that spilled, or kept a 1x1's accumulators out of registers: 0.3-0.5x)
+        block = info.kb if info.blocked else kb
+        loop, first = _prefetch_loop(below, block * itemsize(st.dtype)), None
+        tiles = [lp for lp in (p0, q0) if s.extent(lp) > 1]
+        tap_lines = kb // block * -(-cb * block * itemsize(st.dtype) // LINE_BYTES)
+        if PREFETCH_FIRST_TILE and above and tiles and len(below) >= 2 and s.extent(below[-2]) > 1 \
+                and tap_lines <= MAX_PREFETCHES:
+            loop, first = below[-2], tiles
+        s = prefetch_decision(src, f"{name}.prefetch_{info.weights}", s, w_stream, loop,
+                              0 if quiet else CONV_PREFETCH, first=first)
     fmas = pt * qt * m
     if below:
         last = below[-1]

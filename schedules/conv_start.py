@@ -53,6 +53,8 @@ GUARDED_COST = 4.0   # a guarded edge tile's time per useful FMA, in full tiles'
 # ... but with 16 registers an edge in the rows or the columns alone runs as a smaller register tile (decision
 # 058): about a full tile's time, its few accumulators latency-bound (docs/decisions/072-avx2-pinned-edges-cost-a-full-tile.md)
 PINNED_EDGE_COST = 1.0
+# ... and so does the last task of a blocked conv whose tile's blocks do not divide the channels' (decision 074)
+AVX2_RAGGED_BLOCKS = True
 
 
 def edge_share(n: int, t: int, cost: float | None = None) -> float:
@@ -98,6 +100,9 @@ def heuristic_tile(info: ConvInfo, lanes: int, registers: int) -> tuple:
     register tile, ``PINNED_EDGE_COST``.
     """
     best, best_score = (lanes, 1, 1), -1.0
+    # (not a 1x1's: its tiles of 3 blocks ran 0.8-0.95x of 2 where they keep the reduction in the tile)
+    ragged_pinned = info.blocked and not info.depthwise and registers < 32 and AVX2_RAGGED_BLOCKS \
+        and info.R * info.S > 1
     # a depthwise window reuses no weight vector across channels: one vector per tile, more tasks
     widths = lane_choices(info.K, lanes)[:1] if info.depthwise else lane_choices(info.K, lanes)
     if info.blocked and not info.depthwise:
@@ -107,8 +112,11 @@ def heuristic_tile(info: ConvInfo, lanes: int, registers: int) -> tuple:
         # docs/decisions/054-blocked-conv-start-scores-whole-blocks.md) ...
         widths = block_widths(info)
         # ... and no tile of whole blocks that leaves fewer blocks to the last tile, which runs the wide
-        # tile's code guarded: docs/decisions/048-conv-tiles-share-out-the-channel-blocks.md
-        widths = [kb for kb in widths if info.K % kb == 0 and kb % lanes == 0] or widths
+        # tile's code guarded: docs/decisions/048-conv-tiles-share-out-the-channel-blocks.md; but with 16
+        # registers that last task runs as a smaller register tile, and a window's 3 blocks x 4 columns keep
+        # 12 accumulators where 2 x 4 keep 8 (docs/decisions/074-avx2-conv-tiles-of-3-blocks.md)
+        if not ragged_pinned:
+            widths = [kb for kb in widths if info.K % kb == 0 and kb % lanes == 0] or widths
     elif registers < 32 and AVX2_LOAD_RATE and any(info.K % kb == 0 for kb in widths if kb > lanes):
         # one-vector tiles rate low with 16 registers (:func:`fma_rate`); of the wider, those that divide
         # the channels: 3 vectors over 256 channels left a ragged tile of 2 (0.76-0.96x of 2 x 2 x 2)
@@ -126,7 +134,8 @@ def heuristic_tile(info: ConvInfo, lanes: int, registers: int) -> tuple:
                 # 058); edges in both leave guarded tiles (measured with 16 registers only: decision 072)
                 both = info.Q > qt and info.Q % qt and info.P > pt and info.P % pt
                 cost = GUARDED_COST if both or info.depthwise or registers >= 32 else PINNED_EDGE_COST
-                use_k, use_q, use_p = edge_share(info.K, kb), edge_share(info.Q, qt, cost), edge_share(info.P, pt, cost)
+                use_k = edge_share(info.K, kb, PINNED_EDGE_COST if ragged_pinned else None)
+                use_q, use_p = edge_share(info.Q, qt, cost), edge_share(info.P, pt, cost)
                 # ties: more weight vectors per broadcast (14 x 2 vectors loads 16 per 28 FMAs, 28 x 1 loads 29)
                 score = fma_rate(acc, m, registers) * use_k * use_q * use_p * (kb / (m * lanes)) * (1 + 0.01 * min(m, 2))
                 if score > best_score + 1e-9:

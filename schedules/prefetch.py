@@ -4,7 +4,8 @@ space's prefetch-distance decision built on it.
 ``Schedule.prefetch(tensor, loop, offset=n)`` makes every iteration of ``loop`` prefetch the cache
 lines of ``tensor`` that the iteration ``n`` later reads; ``offset_bytes=b`` the lines ``b`` bytes
 past the ones it reads now (a distance in a contiguous stream, such as a packed weight panel read
-row by row).  Lowering (:mod:`schedules.lowering.prefetch`) turns it into one ``Prefetch``
+row by row); ``first=[loops around it]`` only in the iterations where those loops are at their first
+(a block that several passes reuse is streamed in by the first pass alone).  Lowering (:mod:`schedules.lowering.prefetch`) turns it into one ``Prefetch``
 statement per distinct cache line an iteration reads, at the top of the loop's body.  A prefetch
 is a hint: it never faults, so it is neither guarded nor bounds-checked and may run past the end
 of the buffer.
@@ -51,16 +52,23 @@ def apply_prefetch(g: StageGraph, inputs, attrs, outputs):
                             stage=st.name, loop=loop)
     if any(p.loop == loop and p.tensor == name for p in st.prefetches):
         raise PrefetchError("prefetch", f"loop {handle} already prefetches {name}", stage=st.name, loop=loop)
-    st.prefetches.append(PrefetchSpec(name, loop, attrs.get("offset"), attrs.get("offset_bytes")))
+    first = []
+    for h in attrs.get("first") or ():
+        fst, floop = get_loop(g, h, "prefetch")
+        if fst is not st or st.leaf.index(floop) >= st.leaf.index(loop):
+            raise PrefetchError("prefetch", f"first= names {h}, not a loop of {st.name} around {handle}",
+                                stage=st.name, loop=loop)
+        first.append(floop)
+    st.prefetches.append(PrefetchSpec(name, loop, attrs.get("offset"), attrs.get("offset_bytes"), tuple(first)))
     return []
 
 
-def prefetch_decision(src, decision: str, s, tensor: str, loop: str, hint: int = PANEL_DISTANCE):
+def prefetch_decision(src, decision: str, s, tensor: str, loop: str, hint: int = PANEL_DISTANCE, first=None):
     """The search space's prefetch distance: ``src`` chooses decision ``decision`` among
     :data:`PREFETCH_BYTES` (heuristic start: ``hint``); a distance other than 0 prefetches
     ``tensor`` that many bytes ahead in every iteration of ``loop`` (a ``Schedule`` handle).
     Returns the new schedule.  For any rule whose innermost reduction loop streams a packed operand
-    (a dense product's weight panel; a convolution's blocked weights)."""
+    (a dense product's weight panel; a convolution's blocked weights); ``first``: as ``Schedule.prefetch``'s."""
     src.hint(decision, hint)
     distance = src.choose(decision, PREFETCH_BYTES)
-    return s.prefetch(tensor, loop, offset_bytes=distance) if distance else s
+    return s.prefetch(tensor, loop, offset_bytes=distance, first=first) if distance else s

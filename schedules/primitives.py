@@ -65,7 +65,7 @@ def _check_unannotated(st: Stage, loop: str, prim: str, exc) -> None:
     if loop in st.ann:
         raise exc(prim, f"loop {st.name}.{loop} is already {st.ann[loop].value}; apply {prim} before "
                   "annotating it", stage=st.name, loop=loop)
-    fetched = [p.tensor for p in st.prefetches if p.loop == loop]
+    fetched = [p.tensor for p in st.prefetches if p.loop == loop or loop in p.first]
     if fetched:
         raise exc(prim, f"loop {st.name}.{loop} prefetches {fetched[0]}; apply {prim} before prefetch",
                   stage=st.name, loop=loop)

@@ -356,9 +356,12 @@ class Schedule:
                 raise RFactorError("rfactor", f"loop {owner}.{axis} belongs to stage {owner}, not {sname}")
         return self._do("rfactor", [sname], {"factor": factor, "axis": axis}, () if name is None else [name])
 
-    def prefetch(self, tensor, loop: str, offset: int | None = None, offset_bytes: int | None = None) -> "Schedule":
+    def prefetch(self, tensor, loop: str, offset: int | None = None, offset_bytes: int | None = None,
+                 first=None) -> "Schedule":
         """Prefetch ``tensor`` in every iteration of ``loop``: the cache lines the iteration ``offset``
         later reads, or (``offset_bytes``) those ``offset_bytes`` bytes past what it reads now; give one.
+        ``first``: loops around ``loop`` (handles); the prefetch runs only while each is at its first
+        iteration (the passes after the first over a block already in cache issue none).
 
         Before::
 
@@ -380,7 +383,8 @@ class Schedule:
         fused into its final loops (``loop`` must not be vectorized).
         """
         name = self._state.names.get(id(tensor), tensor.name) if hasattr(tensor, "op") else tensor
-        return self._do("prefetch", [loop], {"tensor": name, "offset": offset, "offset_bytes": offset_bytes})
+        return self._do("prefetch", [loop], {"tensor": name, "offset": offset, "offset_bytes": offset_bytes,
+                                             "first": first or None})
 
     def tile(self, loops: list, factors: list) -> "Schedule":
         """Split each loop by its factor and put all outer loops before all inner loops."""
@@ -516,7 +520,8 @@ def _python_args(kind: str, inputs: list, attrs: dict, names) -> list:
     elif kind == "rfactor":
         args += [f"{k}={attrs[k]!r}" for k in ("factor", "axis") if k in attrs]
     elif kind == "prefetch":
-        args = [repr(attrs["tensor"]), *args] + [f"{k}={attrs[k]!r}" for k in ("offset", "offset_bytes") if k in attrs]
+        args = [repr(attrs["tensor"]), *args] + [f"{k}={attrs[k]!r}" for k in ("offset", "offset_bytes", "first")
+                                                 if k in attrs]
     if names is not None:
         args.append(f"names={tuple(names)!r}" if kind == "split" else f"name={names[0]!r}")
     return args

@@ -85,11 +85,13 @@ class AttachProblem:
 @dataclass(frozen=True, slots=True)
 class PrefetchSpec:
     """``prefetch``: in every iteration of leaf loop ``loop``, prefetch the lines of ``tensor`` (a
-    name) the loop reads ``offset`` iterations later, or ``offset_bytes`` bytes past what it reads now."""
+    name) the loop reads ``offset`` iterations later, or ``offset_bytes`` bytes past what it reads now;
+    with ``first`` (names of leaf loops around ``loop``), only while each of them is at its first iteration."""
     tensor: str
     loop: str
     offset: int | None = None
     offset_bytes: int | None = None
+    first: tuple = ()
 
 
 @dataclass

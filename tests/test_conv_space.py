@@ -420,6 +420,7 @@ def test_avx2_blocks_of_8_prefetch_their_weights_once_per_line(per_line, monkeyp
     # unrolled channels issued two prefetches per line; at the tap loop around them, one per line (decision 071)
     import schedules.conv_space as cs
     monkeypatch.setattr(cs, "PREFETCH_PER_LINE", per_line)
+    monkeypatch.setattr(cs, "PREFETCH_FIRST_TILE", False)    # (which moves it to the tap loop anyway: decision 073)
     params = dict(N=1, C=64, H=7, W=7, K=64, R=3, S=3, stride=1, pad=1, cb=8, kb=8, dtype="float32")
     space = GeneratedSpace(get_workload("conv2d_nchwc").make(**params), AVX2)
     d = space.default_decisions()
@@ -427,7 +428,8 @@ def test_avx2_blocks_of_8_prefetch_their_weights_once_per_line(per_line, monkeyp
     s = space.apply(FixedDecisions(d))
     lines = str(s.lower()).splitlines()
     first = next(i for i, ln in enumerate(lines) if "prefetch(" in ln)
-    assert ("for Y_local.s in" in lines[first - 1]) == per_line
+    loop = next(ln for ln in reversed(lines[:first]) if ln.lstrip().startswith("for "))
+    assert ("for Y_local.s in" in loop) == per_line
     blocks = d["Y.kb"] // 8
     # unrolled, per tile (the full tiles and the edge): 8 x 8 floats per tap and block, 4 lines of 64 bytes
     prefetches = s.build().llvm_ir.count("call void @llvm.prefetch")
@@ -436,11 +438,57 @@ def test_avx2_blocks_of_8_prefetch_their_weights_once_per_line(per_line, monkeyp
     _run(s, "conv2d_nchwc", params)
 
 
+@pytest.mark.parametrize("options,tile", [(AVX2, (24, 4, 1)), (AVX512, None)])
+def test_avx2_tiles_take_3_blocks_where_they_leave_a_smaller_last_task(options, tile, monkeypatch):
+    # 16 registers: 3 blocks x 4 columns (12 accumulators) over 8 blocks of 8 channels, the last task's 2
+    # blocks a smaller register tile, against 2 blocks x 4 columns (8); 32 registers: as before (decision 074)
+    import schedules.conv_start as cs
+    params = dict(N=1, C=64, H=7, W=7, K=64, R=3, S=3, stride=1, pad=1, cb=8, kb=8, dtype="float32")
+    space = GeneratedSpace(get_workload("conv2d_nchwc").make(**params), options)
+    d = space.default_decisions()
+    got = (d["Y.kb"], d["Y.qt"], d["Y.pt"])
+    monkeypatch.setattr(cs, "AVX2_RAGGED_BLOCKS", False)
+    before = GeneratedSpace(get_workload("conv2d_nchwc").make(**params), options).default_decisions()
+    if tile is None:
+        assert got == (before["Y.kb"], before["Y.qt"], before["Y.pt"])
+        return
+    assert got == tile and (before["Y.kb"], before["Y.qt"]) == (16, 4)
+    s = space.apply(FixedDecisions(d))
+    text = str(s.lower())
+    # the tasks of 3 blocks, and the last one's 2 blocks in registers of their own
+    assert "for Y_local.ko.1 in range(3):" in text and "for Y_local.ko.1 in range(2):" in text
+    _run(s, "conv2d_nchwc", params)
+
+
+@pytest.mark.parametrize("first_tile", [True, False])
+@pytest.mark.parametrize("options", [AVX2, AVX512])
+def test_a_local_tile_prefetches_its_weights_in_its_first_register_tile_only(options, first_tile, monkeypatch):
+    # the register tiles of a local tile inside a channel block's loop reuse that block's weights: the first
+    # streams them in, the others issued the same prefetches again, taking load slots (decision 073)
+    import schedules.conv_space as cs
+    monkeypatch.setattr(cs, "PREFETCH_FIRST_TILE", first_tile)
+    params = dict(N=1, C=64, H=14, W=14, K=32, R=3, S=3, stride=2, pad=1, cb=16, kb=8, dtype="float32")
+    space = GeneratedSpace(get_workload("conv2d_nchwc").make(**params), options)
+    d = space.default_decisions()
+    assert d["Y.order"] == "c|rs" and d["Y.prefetch_Wt"] and (d["Y.p2"] * d["Y.q2"] > 1 or options is AVX512)
+    d.update({"Y.pt": 1, "Y.p2": 7})    # (AVX-512's start fits the plane in one register tile: a local of rows)
+    for order in ("c|rs", "|crs"):
+        s = space.apply(FixedDecisions({**d, "Y.order": order}))
+        lines = str(s.lower()).splitlines()
+        above = lines[next(i for i, ln in enumerate(lines) if "prefetch(" in ln) - 1].strip()
+        guarded = above.startswith("if ") and all(f"{v} == 0" in above for v in ("Y_local.p.0", "Y_local.q.0")
+                                                  if f"for {v} in" in "\n".join(lines))
+        # (a local tile outside every reduction loop reads all its weights per register tile: each prefetches)
+        assert guarded == (first_tile and order == "c|rs"), above
+        _run(s, "conv2d_nchwc", params)
+
+
 @pytest.mark.parametrize("options,tile", [(AVX2, (16, 4, 1)), (AVX512, None)])
 def test_avx2_rows_of_7_take_two_vectors_by_4_columns_and_a_pinned_edge(options, tile, monkeypatch):
     # 16 registers: 4 + 3 columns of 2 vectors (the 3 a smaller register tile, decision 058) ran 1.09-1.30x as
     # fast as 7 columns of 1 vector, which loads a broadcast per FMA (decision 072); 32 registers: as before
     import schedules.conv_start as cs
+    monkeypatch.setattr(cs, "AVX2_RAGGED_BLOCKS", False)   # (3 blocks of 64 channels' 8 and a smaller last: 074)
     params = dict(N=1, C=64, H=7, W=7, K=64, R=3, S=3, stride=1, pad=1, cb=8, kb=8, dtype="float32")
     space = GeneratedSpace(get_workload("conv2d_nchwc").make(**params), options)
     d = space.default_decisions()

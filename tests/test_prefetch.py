@@ -15,7 +15,7 @@ from tensorir import ops, te
 from tensorir.codegen.module import codegen
 from tensorir.runtime import build
 from tensorir.te.expr import Var, const
-from tensorir.tir.ir import Buffer, For, ForKind, Load, Prefetch, PrimFunc, Store, seq, walk_stmts
+from tensorir.tir.ir import Buffer, For, ForKind, IfThenElse, Load, Prefetch, PrimFunc, Store, seq, walk_stmts
 from tests.conftest import check_against_evaluator
 from tuner.asm_view import kernel_asm
 
@@ -138,6 +138,52 @@ def test_prefetch_on_odd_shapes_runs_past_the_end_in_a_checked_build():
     c = np.empty((37, 29), np.float32)
     build(func, checked=True)(a, b, c)
     np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
+
+
+def _odd_product(first):
+    """37x53 @ 53x29 in tiles of 8 rows x 16 columns, prefetching B in the reduction loop of the
+    tiles' first iterations named by ``first``."""
+    A, B = te.placeholder((37, 53), "float32", "A"), te.placeholder((53, 29), "float32", "B")
+    k = te.reduce_axis(53, "k")
+    C = te.compute((37, 29), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), "C")
+    s = Schedule([A, B, C]).split("C.i", factor=8).split("C.j", factor=16)
+    s = s.reorder("C.j.0", "C.i.0", "C.k", "C.i.1", "C.j.1").unroll("C.i.1").vectorize("C.j.1")
+    return s.prefetch("B", "C.k", offset=4, first=first)
+
+
+def test_a_prefetch_in_the_first_iterations_only_runs_under_their_guard_and_computes_exactly():
+    """``first=["C.i.0"]``: the row tiles after the first reuse the column panel of B the first
+    streamed in; their prefetches are skipped (an ``if`` around them), the results unchanged."""
+    s = _odd_product(["C.i.0"])
+    func = s.lower()
+    text = str(func)
+    assert "if C.i.0 == 0:" in text and text.index("if C.i.0 == 0:") < text.index("prefetch(B[")
+    guarded = [p for g in walk_stmts(func.body) if isinstance(g, IfThenElse) and str(g.cond) == "C.i.0 == 0"
+               for p in walk_stmts(g.then) if isinstance(p, Prefetch)]
+    assert prefetches(func) and len(guarded) == len(prefetches(func))
+    assert "first=['C.i.0']" in s.to_python()
+    assert str(Schedule.from_json(s.tensors, s.to_json()).lower()) == text
+    rng = np.random.default_rng(5)
+    a, b = rng.uniform(-1, 1, (37, 53)).astype(np.float32), rng.uniform(-1, 1, (53, 29)).astype(np.float32)
+    for checked in (False, True):
+        c = np.empty((37, 29), np.float32)
+        build(func, checked=checked)(a, b, c)
+        np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("call, exc, match", [
+    (lambda: _odd_product(["C.k"]), PrefetchError, "not a loop of C around C.k"),
+    (lambda: _odd_product(["C.i.1"]), PrefetchError, "not a loop of C around C.k"),
+    (lambda: _odd_product(["C.i"]), UnknownHandleError, "loop C.i was split or fused away"),
+    (lambda: _odd_product("C.i.0"), PrefetchError, "must be a list of loop handles"),
+    (lambda: _odd_product(["C.i.0"]).split("C.i.0", factor=2), SplitError, "apply split before prefetch"),
+    (lambda: _odd_product(["C.i.0"]).reorder("C.j.0", "C.k", "C.i.0").lower(), LoweringError,
+     "no longer all around it"),
+])
+def test_bad_first_iterations_of_a_prefetch_are_one_line_errors(call, exc, match):
+    with pytest.raises(exc, match=match) as err:
+        call()
+    assert "\n" not in str(err.value)
 
 
 def test_prefetch_in_a_parallel_loop_at_two_threads():

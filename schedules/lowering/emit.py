@@ -11,6 +11,8 @@ values and load indices are left as substituted, for the ``simplify`` pass.
 """
 from __future__ import annotations
 
+import functools
+
 from schedules.errors import LoweringError
 from schedules.lowering.bounds import Bounds, StageLayout, infer_bounds
 from schedules.lowering.checks import check_annotations
@@ -18,7 +20,7 @@ from schedules.lowering.guards import GuardScope
 from schedules.lowering.prefetch import prefetch_stmts
 from schedules.state import AttachKind, Stage, StageGraph
 from tensorir.te import AxisKind, Reduce, TensorRead
-from tensorir.te.expr import Binary, BinOp, Const, Expr
+from tensorir.te.expr import Binary, BinOp, Const, Expr, const
 from tensorir.tir.ir import Allocate, For, ForKind, IfThenElse, Load, PrimFunc, Scope, Store, seq
 from tensorir.tir.rewrite import rewrite, substitute
 
@@ -126,7 +128,8 @@ class _Emitter:
         return guards.guard(ready, out)
 
     def _prefetches(self, s: Stage, lay: StageLayout, loop: str) -> tuple:
-        """The ``Prefetch`` statements at the top of ``s.loop``'s body (:mod:`.prefetch`), unguarded."""
+        """The ``Prefetch`` statements at the top of ``s.loop``'s body (:mod:`.prefetch`), not bounds-guarded;
+        a spec's with ``first`` loops under ``if`` all of them are at their first iteration."""
         specs = [p for p in s.prefetches if p.loop == loop]
         if not specs:
             return ()
@@ -144,8 +147,18 @@ class _Emitter:
                                         f"{loop} but no longer reads it (inlined or packed after the prefetch)",
                                         stage=s.name, loop=loop)
                 loads = [self.translate(substitute(r, sub)) for r in reads]
-                out += prefetch_stmts(spec, s.name, loads, lay.vars[loop], lay.extents[loop], inner,
-                                      self.guards.simplify)
+                stmts = prefetch_stmts(spec, s.name, loads, lay.vars[loop], lay.extents[loop], inner,
+                                       self.guards.simplify)
+                if any(s.leaf.index(n) > pos for n in spec.first):
+                    raise LoweringError("prefetch", f"stage {s.name} prefetches {spec.tensor} in loop {loop} in the "
+                                        f"first iterations of loops {list(spec.first)}, which are no longer all "
+                                        "around it (reordered after the prefetch)", stage=s.name, loop=loop)
+                first = [lay.vars[n] for n in spec.first if lay.extents[n] > 1]
+                if stmts and first:
+                    cond = functools.reduce(lambda a, b: Binary(BinOp.AND, a, b),
+                                            [Binary(BinOp.EQ, v, const(0)) for v in first])
+                    stmts = [IfThenElse(cond, seq(*stmts))]
+                out += stmts
             self.prefetch_cache[key] = tuple(out)
         return self.prefetch_cache[key]
 

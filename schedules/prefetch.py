@@ -5,8 +5,9 @@ space's prefetch-distance decision built on it.
 lines of ``tensor`` that the iteration ``n`` later reads; ``offset_bytes=b`` the lines ``b`` bytes
 past the ones it reads now (a distance in a contiguous stream, such as a packed weight panel read
 row by row); ``first=[loops around it]`` only in the iterations where those loops are at their first
-(a block that several passes reuse is streamed in by the first pass alone).  Lowering (:mod:`schedules.lowering.prefetch`) turns it into one ``Prefetch``
-statement per distinct cache line an iteration reads, at the top of the loop's body.  A prefetch
+(a block that several passes reuse is streamed in by the first pass alone).  Lowering
+(:mod:`schedules.lowering.prefetch`) turns it into one ``Prefetch`` statement per distinct cache
+line an iteration reads, at the top of the loop's body.  A prefetch
 is a hint: it never faults, so it is neither guarded nor bounds-checked and may run past the end
 of the buffer.
 """

@@ -100,7 +100,7 @@ def heuristic_tile(info: ConvInfo, lanes: int, registers: int) -> tuple:
     register tile, ``PINNED_EDGE_COST``.
     """
     best, best_score = (lanes, 1, 1), -1.0
-    # (not a 1x1's: its tiles of 3 blocks ran 0.8-0.95x of 2 where they keep the reduction in the tile)
+    # (not a 1x1's: its tiles of 3 blocks ran 0.81-0.97x of 2 on most, where they keep the reduction in the tile)
     ragged_pinned = info.blocked and not info.depthwise and registers < 32 and AVX2_RAGGED_BLOCKS \
         and info.R * info.S > 1
     # a depthwise window reuses no weight vector across channels: one vector per tile, more tasks

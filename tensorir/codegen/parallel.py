@@ -19,6 +19,7 @@ from llvmlite import ir
 
 from tensorir.te.expr import Var, children
 from tensorir.tir.ir import Allocate, For, IfThenElse, Load, Prefetch, Seq, Store, walk_stmts
+from tensorir.codegen import spread
 from tensorir.codegen.types import I32, PTR, VOID
 
 # Stores one thread-team start must cover.  A team start costs ~2-20 us; at
@@ -128,18 +129,23 @@ class ParallelRegions:
             wg.status_flag = worker.args[len(types) - len(counters) - 1]
         wg.emit_partitioned(loops, worker.args[len(types) - len(counters):] if counters else None)
 
-        # GOMP_parallel runs void(ptr data) on every thread: unpack the closure.
-        closure_ty = ir.LiteralStructType(types)
+        # GOMP_parallel runs void(ptr data) on every thread: unpack the closure (and, last,
+        # the master's core, which a worker woken on it moves off: spread.py).
+        closure_ty = ir.LiteralStructType(types + [I32] * spread.SPREAD_WORKERS)
         # The trampoline is cold glue: optnone spares it the optimizer and
         # instruction selection proper (about a millisecond per function).
         tramp = self.mod.internal_function(name, [PTR], "noinline", "optnone")
         tb = ir.IRBuilder(tramp.append_basic_block("entry"))
+        if spread.SPREAD_WORKERS:
+            spread.spread_call(self.mod, tb, tb.load(_field(tb, tramp.args[0], closure_ty, len(types)), typ=I32))
         tb.call(worker, [tb.load(_field(tb, tramp.args[0], closure_ty, i), typ=t)
                          for i, t in enumerate(types)])
         tb.ret_void()
         closure = self.entry_alloca(closure_ty, 8)
         for i, v in enumerate(values):
             self.b.store(v, _field(self.b, closure, closure_ty, i))
+        if spread.SPREAD_WORKERS:
+            self.b.store(spread.master_cpu(self.mod, self.b), _field(self.b, closure, closure_ty, len(types)))
         gomp = self.mod.declare("GOMP_parallel", VOID, [PTR, PTR, I32, I32])
         positive = self.b.icmp_signed(">", self.num_threads, ir.Constant(I32, 0))
         nthreads = self.b.select(positive, self.num_threads, ir.Constant(I32, 0))   # 0: default

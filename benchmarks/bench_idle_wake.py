@@ -2,6 +2,7 @@
 
     python benchmarks/bench_idle_wake.py [--models mlp,bert_layer,resnet18] [--threads 2] [--pause-ms 50]
                                          [--calls 3] [--rounds 15] [--set tensorir.codegen.spread.SPREAD_WORKERS=False]
+                                         [--busy]
 
 A served model is rarely called back to back: between two requests its OpenMP workers go to sleep,
 and the next call has to wake them. Each round runs, for every build in turn, an idle pause
@@ -9,7 +10,8 @@ and the next call has to wake them. Each round runs, for every build in turn, an
 after the pause and the rest are reported apart (medians over the rounds), with onnxruntime
 (``ORT_ENABLE_ALL``, same threads, no spinning) timed the same way as the reference. The builds
 alternate within every round, so a slow phase of the host falls on all of them
-(docs/decisions/075-workers-move-off-the-masters-core.md).
+(docs/decisions/075-workers-move-off-the-masters-core.md). ``--busy`` repeats every measurement with one
+busy-looping process beside it (another program on the other core).
 """
 from __future__ import annotations
 
@@ -46,7 +48,7 @@ def _builds(graph, model, threads: int, text: str) -> dict:
     return builds, sess
 
 
-def run(name: str, threads: int, pause_s: float, calls: int, rounds: int, text: str) -> None:
+def run(name: str, threads: int, pause_s: float, calls: int, rounds: int, text: str, phase: str) -> None:
     from tests import onnx_models
     from tuner.model_api import load
     from tuner.model_timing import random_feeds
@@ -70,7 +72,7 @@ def run(name: str, threads: int, pause_s: float, calls: int, rounds: int, text: 
                 (first if n == 0 else rest)[k].append(time.perf_counter() - t0)
     ms = {k: (statistics.median(first[k]) * 1e3, statistics.median(rest[k]) * 1e3 if rest[k] else float("nan"))
           for k in fns}
-    print(f"{name}, {threads} thread(s), {pause_s * 1e3:g} ms idle before each {calls} calls, {rounds} rounds:")
+    print(f"{name}, {threads} thread(s), {phase}, {pause_s * 1e3:g} ms idle before each {calls} calls, {rounds} rounds:")
     for k, (a, b) in ms.items():
         print(f"  {k:<50} first call {a:7.2f} ms   later calls {b:7.2f} ms")
     d, o = ms["default"], ms[text]
@@ -85,12 +87,15 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--set", default="tensorir.codegen.spread.SPREAD_WORKERS=False", metavar="MODULE.NAME=VALUE")
+    ap.add_argument("--busy", action="store_true", help="then again beside a busy-looping process")
     args = ap.parse_args()
+    from busy_core import phases
     import llvmlite.binding as llvm
     print(f"host {llvm.get_host_cpu_name()}; {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC")
-    for t in (int(x) for x in args.threads.split(",")):
-        for name in args.models.split(","):
-            run(name, t, args.pause_ms / 1e3, args.calls, args.rounds, args.set)
+    for phase in phases(hog=args.busy):
+        for t in (int(x) for x in args.threads.split(",")):
+            for name in args.models.split(","):
+                run(name, t, args.pause_ms / 1e3, args.calls, args.rounds, args.set, phase)
 
 
 if __name__ == "__main__":

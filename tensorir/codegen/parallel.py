@@ -131,7 +131,7 @@ class ParallelRegions:
 
         # GOMP_parallel runs void(ptr data) on every thread: unpack the closure (and, last,
         # the master's core, which a worker woken on it moves off: spread.py).
-        closure_ty = ir.LiteralStructType(types + [I32] * spread.SPREAD_WORKERS)
+        closure_ty = ir.LiteralStructType(types + ([I32] if spread.SPREAD_WORKERS else []))
         # The trampoline is cold glue: optnone spares it the optimizer and
         # instruction selection proper (about a millisecond per function).
         tramp = self.mod.internal_function(name, [PTR], "noinline", "optnone")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from tensorir.codegen.types import I32, I64, PTR, VOID
+from tensorir.codegen.types import I32, I64, PTR
 
 # False: workers run where the scheduler woke them (the A/B of the decision note).
 SPREAD_WORKERS = True

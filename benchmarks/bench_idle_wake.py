@@ -25,21 +25,16 @@ import warnings
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # tests.onnx_models
 
 
-def _builds(graph, model, threads: int, text: str) -> dict:
-    from start_setting import parse_setting, setting
-    from tensorir.runtime import clear_cache
+def _builds(graph, model, threads: int, text: str) -> tuple:
+    """(default build, build under the setting ``text``) and an onnxruntime session (or None)."""
+    from start_setting import compiled_with_setting, parse_setting
     from tuner.model_api import compile_model
     from tuner.model_timing import ort_session
     module, name, value = parse_setting(text, "bench_idle_wake")
-    builds = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        clear_cache()
-        builds["default"] = compile_model(graph, threads=threads)
-        clear_cache()
-        with setting(module, name, value):
-            builds[text] = compile_model(graph, threads=threads)
-        clear_cache()
+        builds = {"default": compile_model(graph, threads=threads)}
+    builds[text] = compiled_with_setting(graph, threads, module, name, value)
     for m in builds.values():
         m.threads = threads
     sess, why = ort_session(model, threads)

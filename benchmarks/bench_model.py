@@ -137,7 +137,8 @@ def bench(name: str, threads: int, rounds: int, log, layouts_ab: bool = False, b
 def _compiled_with(graph, threads: int, flag: str):
     """The model compiled with ``graph.lower.linalg.<flag>`` off (restored after)."""
     from graph.lower import linalg
-    return _compiled_with_setting(graph, threads, linalg, flag, False)
+    from start_setting import compiled_with_setting
+    return compiled_with_setting(graph, threads, linalg, flag, False)
 
 
 def _compiled_with_space(graph, threads: int, text: str):
@@ -145,22 +146,8 @@ def _compiled_with_space(graph, threads: int, text: str):
     ``text`` ("NAME=VALUE"; restored after): a heuristic start's constant against its default."""
     from start_setting import parse_setting
     module, name, value = parse_setting(text, "bench_model", default_module="schedules.space")
-    return _compiled_with_setting(graph, threads, module, name, value)
-
-
-def _compiled_with_setting(graph, threads: int, module, name: str, value):
-    """The model compiled with ``module.<name>`` set to ``value`` (restored after); the compile cache is
-    cleared before and after, so a code generation constant rebuilds kernels whose loop nests are the same."""
-    from start_setting import setting
-    from tensorir.runtime import clear_cache
-    from tuner.model_api import compile_model
-    clear_cache()
-    try:
-        with setting(module, name, value), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return compile_model(graph, threads=threads)
-    finally:
-        clear_cache()
+    from start_setting import compiled_with_setting
+    return compiled_with_setting(graph, threads, module, name, value)
 
 
 def _ab(row: dict, res: dict, other: str, ours: str, what: str, ours_text: str, other_text: str, log) -> None:

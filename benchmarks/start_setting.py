@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import importlib
+import warnings
 
 
 def parse_setting(text: str, tool: str, default_module: str | None = None) -> tuple:
@@ -38,3 +39,17 @@ def setting(module, name: str, value):
         yield
     finally:
         setattr(module, name, saved)
+
+
+def compiled_with_setting(graph, threads: int, module, name: str, value):
+    """The model compiled with ``module.<name>`` set to ``value`` (restored after); the compile cache is
+    cleared before and after, so a code generation constant rebuilds kernels whose loop nests are the same."""
+    from tensorir.runtime import clear_cache
+    from tuner.model_api import compile_model
+    clear_cache()
+    try:
+        with setting(module, name, value), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return compile_model(graph, threads=threads)
+    finally:
+        clear_cache()

@@ -4,7 +4,6 @@ from __future__ import annotations
 import importlib
 import ctypes
 import mmap
-import re
 import shutil
 
 import numpy as np
@@ -358,9 +357,9 @@ def test_register_tiled_matmul(outer, threads):
     a, b, out = rand((M, K)), rand((K, N)), np.zeros((M, N), np.float32)
     k = run(f, a, b, out, threads=threads)
     np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
-    # the 4x16 tile was promoted to registers (tt.spread's affinity masks stay in memory: syscalls read them)
-    kernel_ir = re.sub(r'define internal[^\n]*@tt\.spread\(.*?\n}\n', "", k.llvm_ir, flags=re.S)
-    assert "alloca [" not in kernel_ir
+    # the 4x16 tile was promoted to registers (the trampoline's two affinity masks stay in memory:
+    # system calls read them, spread.py)
+    assert "alloca [" not in k.llvm_ir.replace("alloca [16 x i64]", "")
     assert ("GOMP_parallel" in k.llvm_ir) == (outer is PARALLEL)
 
 

@@ -30,22 +30,17 @@ def master_cpu(mod, builder: ir.IRBuilder):
 
 
 def spread_call(mod, builder: ir.IRBuilder, cpu) -> None:
-    """Call the module's ``tt.spread(cpu)`` (emitted on first use) from a team thread."""
-    fn = mod.module.globals.get("tt.spread")
-    if fn is None:
-        fn = _emit(mod)
-    builder.call(fn, [cpu])
-
-
-def _emit(mod) -> ir.Function:
-    fn = mod.internal_function("tt.spread", [I32], "noinline")
-    (cpu,) = fn.args
+    """Emit, where ``builder`` stands in a team thread's function (the region's trampoline), the
+    master's yield and a worker's move off core ``cpu``; ``builder`` is left after it. Inline
+    rather than a function of its own: every function costs a compiled candidate about a
+    millisecond of code generation."""
+    b, fn = builder, builder.function
     mask_ty = ir.ArrayType(I64, _WORDS)
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    orig, mask = b.alloca(mask_ty), b.alloca(mask_ty)
+    orig, mask = b.alloca(mask_ty), b.alloca(mask_ty)      # the trampoline's entry block: static slots
     orig.type = mask.type = PTR      # as FunctionGen.entry_alloca: no typed pointers in the IR
     master, yield_, worker, check, move, clear, apply, done = (
-        fn.append_basic_block(n) for n in ("master", "yield", "worker", "check", "move", "clear", "apply", "done"))
+        fn.append_basic_block(f"spread.{n}")
+        for n in ("master", "yield", "worker", "check", "move", "clear", "apply", "done"))
     tid = b.call(mod.declare("omp_get_thread_num", I32, []), [])
     b.cbranch(b.icmp_signed("==", tid, ir.Constant(I32, 0)), master, worker)
 
@@ -72,18 +67,24 @@ def _emit(mod) -> ir.Function:
     got = b.call(getaff, [ir.Constant(I32, 0), size, orig])
     b.cbranch(b.icmp_signed("==", got, ir.Constant(I32, 0)), clear, done)
 
-    b.position_at_end(clear)
+    b.position_at_end(clear)        # mask = orig without the master's core, word by word
     word = b.lshr(cpu, ir.Constant(I32, 6))
     bit = b.shl(ir.Constant(I64, 1), b.zext(b.and_(cpu, ir.Constant(I32, 63)), I64))
-    others = ir.Constant(I64, 0)
-    for w in range(_WORDS):
-        v = b.load(b.gep(orig, [ir.Constant(I32, 0), ir.Constant(I32, w)], source_etype=mask_ty), typ=I64)
-        keep = b.select(b.icmp_unsigned("==", word, ir.Constant(I32, w)), b.xor(bit, ir.Constant(I64, -1)),
-                        ir.Constant(I64, -1))
-        v = b.and_(v, keep)
-        b.store(v, b.gep(mask, [ir.Constant(I32, 0), ir.Constant(I32, w)], source_etype=mask_ty))
-        others = b.or_(others, v)
-    b.cbranch(b.icmp_unsigned("!=", others, ir.Constant(I64, 0)), apply, done)
+    loop, after = fn.append_basic_block("spread.loop"), fn.append_basic_block("spread.cleared")
+    b.branch(loop)
+    b.position_at_end(loop)
+    w, others = b.phi(I32), b.phi(I64)
+    w.add_incoming(ir.Constant(I32, 0), clear)
+    others.add_incoming(ir.Constant(I64, 0), clear)
+    v = b.load(b.gep(orig, [ir.Constant(I32, 0), w], source_etype=mask_ty), typ=I64)
+    v = b.and_(v, b.select(b.icmp_unsigned("==", w, word), b.xor(bit, ir.Constant(I64, -1)), ir.Constant(I64, -1)))
+    b.store(v, b.gep(mask, [ir.Constant(I32, 0), w], source_etype=mask_ty))
+    rest, nxt = b.or_(others, v), b.add(w, ir.Constant(I32, 1))
+    w.add_incoming(nxt, loop)
+    others.add_incoming(rest, loop)
+    b.cbranch(b.icmp_unsigned("<", nxt, ir.Constant(I32, _WORDS)), loop, after)
+    b.position_at_end(after)
+    b.cbranch(b.icmp_unsigned("!=", rest, ir.Constant(I64, 0)), apply, done)
 
     b.position_at_end(apply)
     setaff = mod.declare("sched_setaffinity", I32, [I32, I64, PTR])
@@ -92,5 +93,3 @@ def _emit(mod) -> ir.Function:
     b.branch(done)
 
     b.position_at_end(done)
-    b.ret_void()
-    return fn

@@ -35,6 +35,7 @@ class ConvInfo:
     kb: int = 0
     stride: int = 1        # of a pooling window or a 1x1 convolution without padding (rows and columns alike)
     grouped: bool = False  # blocked: each output block reads its group's input blocks only
+    lane_group: int = 0    # grouped, blocks of whole groups: each lane reads its group's ``lane_group`` channels
 
 
 def _bare(e, var_set) -> Var | None:
@@ -167,6 +168,16 @@ def _match_pool_blocked(g, st, red, d) -> ConvInfo | None:
                     "", True, b, b)
 
 
+def _lane_group(e, ki, ci) -> bool:
+    """Whether a data channel index is ``(ki // g) * g + ci``: a block of whole groups, each lane ``ki``
+    reading its own group's channels (a grouped conv's lane form, ``graph.lower.linalg.LANE_GROUPS``)."""
+    if not (isinstance(e, Binary) and e.op is BinOp.ADD and e.b == ci and isinstance(e.a, Binary)
+            and e.a.op is BinOp.MUL and isinstance(e.a.b, Const)):
+        return False
+    div = e.a.a
+    return isinstance(div, Binary) and div.op is BinOp.FLOORDIV and div.a == ki and div.b == e.a.b
+
+
 def _blocked_data(g, d) -> tuple:
     """(ok, padding stage name or None) for the data a blocked form reads: a placeholder (the
     producer's blocked output), or an elementwise stage of it (the padding, or a relayout)."""
@@ -217,8 +228,8 @@ def _match_blocked(g, st, red, src) -> ConvInfo | None:
         grouped = di[1] != co
         if grouped and not (mentions(di[1], ko) and mentions(di[1], co) and coefficient(di[1], co) == 1):
             continue
-        if di[0] != n or di[4] != ci or not (mentions(di[2], p) and mentions(di[2], r)) \
-                or not (mentions(di[3], q) and mentions(di[3], s)):
+        if di[0] != n or not (di[4] == ci or grouped and _lane_group(di[4], ki, ci)) \
+                or not (mentions(di[2], p) and mentions(di[2], r)) or not (mentions(di[3], q) and mentions(di[3], s)):
             continue
         pad = None
         if not getattr(d.tensor, "is_placeholder", False):
@@ -227,8 +238,9 @@ def _match_blocked(g, st, red, src) -> ConvInfo | None:
                 continue
             pad = ps.name
         cb, kb = w.tensor.shape[4], w.tensor.shape[5]
+        lane_group = 0 if di[4] == ci else int(di[4].a.b.value)
         return ConvInfo(st.name, g.name_of(d.tensor), pad, g.name_of(w.tensor), False,
                         w.tensor.shape[1] * cb, w.tensor.shape[0] * kb, st.shape[2], st.shape[3],
                         w.tensor.shape[2], w.tensor.shape[3], co.name, r.name, s.name, ci.name, True, cb, kb,
-                        grouped=grouped)
+                        grouped=grouped, lane_group=lane_group)
     return None

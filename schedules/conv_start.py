@@ -45,8 +45,15 @@ def block_choices(C: int) -> list:
 def spare_registers(info: ConvInfo, registers: int, vectors: int) -> int:
     """Registers a tile needs besides its accumulators and weight vectors: the broadcast input, in a
     register unless one FMA alone reads it (one weight vector) with AVX-512's broadcast memory
-    operand (32 registers); a depthwise window's input vector always."""
-    return 0 if not info.depthwise and registers >= 32 and vectors == 1 else 1
+    operand (32 registers); a depthwise window's input vector always, and a lane-grouped conv's
+    shuffled input vector."""
+    return 0 if not info.depthwise and not info.lane_group and registers >= 32 and vectors == 1 else 1
+
+
+def live_inputs(info: ConvInfo) -> int:
+    """Vectors a register tile keeps per accumulator: 1; a lane-grouped conv 2, each column's input
+    vector loaded once and shuffled for each of its group's channels (docs/decisions/076)."""
+    return 2 if info.lane_group else 1
 
 
 GUARDED_COST = 4.0   # a guarded edge tile's time per useful FMA, in full tiles' (memory accumulators)
@@ -128,7 +135,7 @@ def heuristic_tile(info: ConvInfo, lanes: int, registers: int) -> tuple:
                 continue
             for qt in range(1, min(info.Q, 32) + 1):
                 acc = pt * qt * m
-                if acc + m + spare_registers(info, registers, m) > registers:
+                if acc * live_inputs(info) + m + spare_registers(info, registers, m) > registers:
                     continue
                 # an edge in the rows or the columns alone is pinned to a smaller register tile (decision
                 # 058); edges in both leave guarded tiles (measured with 16 registers only: decision 072)

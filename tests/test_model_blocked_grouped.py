@@ -1,6 +1,7 @@
 """Grouped convolutions with many small groups on the blocked layout (decision 037): output blocks
 that read whole input blocks of their group (groups of a multiple of the block), or blocks of whole
-groups with block-diagonal weights; groups that fit neither are computed row-major. Every model is
+groups, each lane reading its group's channels (decision 076; block-diagonal weights before); groups
+that fit neither are computed row-major. Every model is
 compared with onnxruntime."""
 import pytest
 
@@ -45,9 +46,35 @@ def test_grouped_convolutions_compute_blocked():
     infos = _grouped_infos(plan)
     assert set(infos) == {g4, g16, g2}
     for v, info in infos.items():
-        assert info.blocked and info.kb == info.cb == block_of(plan.layouts[v])
+        assert info.blocked and info.kb == block_of(plan.layouts[v])
+    # blocks of whole groups reduce over their group's channels only (decision 076's lane form)
+    assert (infos[g4].cb, infos[g16].cb, infos[g2].cb) == (4, infos[g16].kb, 2)
     _check(model)
     _check(model, threads=2)
+
+
+def test_block_diagonal_form_still_computes(monkeypatch):
+    import graph.lower.linalg as linalg
+    monkeypatch.setattr(linalg, "LANE_GROUPS", False)
+    n = Net([1, 32, 9, 10])
+    g4 = n.op("Relu", [n.conv(n.conv("x", 32, 64, 1), 64, 64, 3, pads=(1, 1, 1, 1), group=16)])
+    model = n.model([n.conv(g4, 64, 16, 1)])
+    infos = _grouped_infos(plan_graph(load(model)))
+    assert infos[g4].cb == infos[g4].kb            # the reduction over the whole block (zeros between groups)
+    _check(model)
+
+
+def test_lane_groups_read_their_channels_without_gathers():
+    from tensorir.runtime import build
+    from schedules.space import GeneratedSpace
+    from schedules.decisions import FixedDecisions
+    n = Net([1, 64, 12, 12])
+    g4 = n.conv(n.conv("x", 64, 64, 1), 64, 64, 3, pads=(1, 1, 1, 1), group=16)
+    plan = plan_graph(load(n.model([g4])))
+    lw = next(lw for lw in plan.lowered if any(i.grouped for i in find_convs(Schedule(lw.tensors).stage_graph()).values()))
+    space = GeneratedSpace(list(lw.tensors))
+    text = str(build(space.apply(FixedDecisions(space.default_decisions())).lower()).llvm_ir)
+    assert "masked.gather" not in text and "shufflevector" in text
 
 
 def test_groups_of_no_whole_block_compute_row_major():

@@ -341,3 +341,26 @@ def test_affine_form_is_shared():
     kept = affine(add(mul(add(i, _i(1)), _i(2)), j), atom=lambda x: x == add(i, _i(1)))
     assert kept.terms == {add(i, _i(1)): 2, j: 1}
     assert int_range(e, {i: (0, 3), j: (0, 5)}) == (3 - 10, 12 + 3)
+
+
+def test_divmod_by_a_multiple_of_a_block_resolves_and_keeps_every_value():
+    # (co * 16 + ci) // 32 with ci < 16 is co // 2 (a relayout between blocks of 16 and 32): the small
+    # part never carries; random affine forms over small ranges keep their value everywhere
+    from tensorir.codegen.lane_pattern import int_value
+    from tensorir.tir.transform.simplify import simplify
+    co, ci = Var("co"), Var("ci")
+    ranges = {co: (0, 7), ci: (0, 15)}
+    assert str(simplify((co * 16 + ci) // 32, ranges)) == str(co // 2)
+    assert str(simplify((co * 16 + ci) % 32, ranges)) == str(co % 2 * 16 + ci)
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        a, b, k = (int(x) for x in rng.integers(-3, 40, 3))
+        d = int(rng.choice([2, 4, 6, 8, 12, 16, 32, 48]))
+        hi = int(rng.integers(0, 20))
+        for op in (BinOp.FLOORDIV, BinOp.MOD):
+            e = Binary(op, co * a + ci * b + k, Const(d, "int32"))
+            s = simplify(e, {co: (0, 7), ci: (0, hi)})
+            for x in range(8):
+                for y in range(hi + 1):
+                    env = {"co": x, "ci": y}
+                    assert int_value(s, env) == int_value(e, env), (e, s, env)

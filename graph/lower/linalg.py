@@ -268,12 +268,18 @@ def grouped_block(c: int, k: int, group: int, blocks: tuple) -> int | None:
     return next((b for b in blocks if (cg % b == 0 and kg % b == 0) or (cg == kg and b % cg == 0 and c % b == 0)), None)
 
 
+LANE_GROUPS = True
+"""A block of whole groups reads each group's channels by a lane pattern (False: block-diagonal weights,
+``b / cg`` times the FLOPs); docs/decisions/076-lane-pattern-loads.md"""
+
+
 def _grouped_blocked(ctx, node, x, weights, shape, dtype):
     """A grouped conv in the blocked layout: ``Y[n, ko, p, q, ki] = sum Xp[n, g(ko) + co, p.., q.., ci] *
     Wt[ko, co, r, s, ci, ki]`` over the input blocks of output block ``ko``'s group. Groups of a
     multiple of the block: ``g(ko)`` is the group's first input block, the weights packed as a group-1
-    conv's; a block of whole groups: ``g(ko) = ko`` and the weights packed block-diagonal (zero between
-    groups: ``b / cg`` times the FLOPs, run at a dense conv's vector speed)."""
+    conv's; a block of whole groups: ``g(ko) = ko``, each lane reading its group's channels
+    (``LANE_GROUPS``), else the weights packed block-diagonal (zero between groups: ``b / cg`` times
+    the FLOPs, at a dense conv's vector speed)."""
     if weights is None:
         raise LoweringError(f"internal: node {node.name} (Conv) planned blocked needs constant weights")
     n_, c_, _, _ = x.shape
@@ -287,6 +293,7 @@ def _grouped_blocked(ctx, node, x, weights, shape, dtype):
         raise LoweringError(f"internal: node {node.name} (Conv) planned {ctx.blocked_layout} for {group} groups")
     data = _blocked_input(ctx, node, x, b, shape, r_, s_)
     w = np.asarray(weights)
+    m, lane_groups = 1, False
     if cg % b == 0 and kg % b == 0:
         m = cg // b
         packed = w.reshape(k_ // b, b, m, b, r_, s_).transpose(0, 2, 4, 5, 3, 1)
@@ -294,21 +301,26 @@ def _grouped_blocked(ctx, node, x, weights, shape, dtype):
         def first(ko):
             return ko * m if kg == b else (ko // (kg // b)) * m
     else:
-        m = 1
-        packed = np.zeros((k_ // b, 1, r_, s_, b, b), w.dtype)
-        wr = w.reshape(k_ // b, b // kg, kg, cg, r_, s_)
-        for j in range(b // kg):
-            packed[:, 0, :, :, j * cg:(j + 1) * cg, j * kg:(j + 1) * kg] = wr[:, j].transpose(0, 3, 4, 2, 1)
-
         def first(ko):
             return ko
+        lane_groups = LANE_GROUPS
+        if lane_groups:
+            # lane ki reads its own group's channels of input block ko, ``(ki // cg) * cg + ci``: a
+            # constant lane pattern (docs/decisions/076-lane-pattern-loads.md); weights (K/b, 1, R, S, cg, b)
+            packed = w.reshape(k_ // b, b, cg, r_, s_).transpose(0, 3, 4, 2, 1)[:, None]
+        else:
+            packed = np.zeros((k_ // b, 1, r_, s_, b, b), w.dtype)
+            wr = w.reshape(k_ // b, b // kg, kg, cg, r_, s_)
+            for j in range(b // kg):
+                packed[:, 0, :, :, j * cg:(j + 1) * cg, j * kg:(j + 1) * kg] = wr[:, j].transpose(0, 3, 4, 2, 1)
     wt = ctx.constant(np.ascontiguousarray(packed), "weights")
-    co, ci = te.reduce_axis(m, "co"), te.reduce_axis(b, "ci")
+    co, ci = te.reduce_axis(m, "co"), te.reduce_axis(cg if lane_groups else b, "ci")
     rr, rs = te.reduce_axis(r_, "r"), te.reduce_axis(s_, "s")
 
     def f(n, ko, p, q, ki):
         h, w_ = window(p, q, rr, rs)
-        return te.sum(data[n, first(ko) + co, h, w_, ci] * wt.tensor[ko, co, rr, rs, ci, ki], axis=[co, rr, rs, ci])
+        c_in = (ki // cg) * cg + ci if lane_groups else ci
+        return te.sum(data[n, first(ko) + co, h, w_, c_in] * wt.tensor[ko, co, rr, rs, ci, ki], axis=[co, rr, rs, ci])
     return _blocked_val(ctx, node, te.compute((n_, k_ // b, p_, q_, b), f, ctx.name("conv")), dtype, shape)
 
 

@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
+from tensorir.codegen.lane_pattern import known_value, lane_offsets, load_span, load_window, row_window
 from tensorir.codegen.types import ITEMSIZE, I1, I32, I64, LLTYPE, PTR, VOID, scoped, strides, type_suffix
-from tensorir.te.expr import Const, Var
+from tensorir.te.expr import Binary, BinOp, Const, Var
 from tensorir.tir.analysis.affine import Affine, affine
 from tensorir.tir.ir import Buffer, For, IfThenElse, Load, Store
 
@@ -22,6 +23,9 @@ if TYPE_CHECKING:
 # An unmasked load whose lanes are a constant stride apart is one scalar load per lane at a constant
 # offset (False: an llvm.masked.gather of a vector of addresses); why: docs/decisions/070-strided-loads-are-scalar-loads.md
 STRIDED_LOADS = True
+# An unmasked load whose lanes follow a constant pattern (``x[k // 4 * 4 + c]``) is whole-vector loads and
+# a shuffle (False: a gather); why: docs/decisions/076-lane-pattern-loads.md
+PATTERN_LOADS = True
 
 
 class VectorContext:
@@ -114,11 +118,40 @@ class VectorContext:
                 return "strided", (ptr, coef)
             steps = ir.Constant(ir.VectorType(I64, self.lanes), [coef * k for k in range(self.lanes)])
             return "gather", self.vector_gep(ptr, steps, elt)
+        if load and self.mask is None and PATTERN_LOADS and len(indices) == len(buf.shape):
+            found = self._pattern_access(buf, indices)
+            if found is not None:
+                return found
         off = fg.offset(buf, indices)
         if not isinstance(off.type, ir.VectorType):
             return "scalar", fg.b.gep(fg.base_pointer(buf), [off], inbounds=self.mask is None,
                                       source_etype=elt)
         return "gather", self.vector_gep(fg.base_pointer(buf), off, elt)
+
+    def _pattern_access(self, buf: Buffer, indices):
+        """("window", (ptr, width, picks)): the lanes read within one row of ``buf``'s last axis at a
+        constant place; ("span", (ptr, offsets)): each lane a constant offset from ``ptr``; None: neither
+        (see :mod:`tensorir.codegen.lane_pattern`)."""
+        parts = [lane_offsets(self, i) for i in indices]
+        if any(p is None for p in parts):
+            return None
+        rests, varying = [], []
+        for d, (offsets, rest) in enumerate(parts):
+            if len(set(offsets)) > 1:
+                varying.append(d)
+            elif offsets[0]:
+                rest = Const(offsets[0], "int32") if rest is None else Binary(BinOp.ADD, rest, Const(offsets[0], "int32"))
+            rests.append(rest)
+        last, st = len(indices) - 1, strides(buf)
+        if varying == [last] and st[last] == 1:
+            # (a constant place in the row, as an unrolled loop's variable gives it: the whole row window)
+            window = row_window(parts[last][0], known_value(rests[last], self.fg.vars), buf.shape[last], self.lanes)
+            if window is not None:
+                start, width, picks = window
+                place = [Const(0, "int32") if r is None else r for r in rests[:-1]] + [Const(start, "int32")]
+                return "window", (self.fg.address(buf, place), width, picks)
+        flat = [sum(parts[d][0][k] * st[d] for d in varying) for k in range(self.lanes)]
+        return "span", (self.fg.address(buf, [Const(0, "int32") if r is None else r for r in rests]), flat)
 
     def vector_gep(self, base, offsets, elt):
         g = self.fg.b.gep(base, [offsets], inbounds=self.mask is None, source_etype=elt)
@@ -176,6 +209,10 @@ class VectorContext:
             return self._load_stride2(ptr, vty, align)
         if kind == "strided":
             return self._load_strided(*ptr, vty, align)
+        if kind == "window":
+            return load_window(fg.b, ptr[0], ptr[1], ptr[2], elt, align)
+        if kind == "span":
+            return load_span(fg.b, ptr[0], ptr[1], elt, align)
         if kind == "scalar":
             if self.mask is None:
                 return fg.b.load(ptr, typ=elt, align=align)

@@ -140,10 +140,33 @@ class Simplifier:
                 q.const += rr[0] // c
                 return q.to_expr()
             return rest.add(Affine({}, -(rr[0] // c) * c)).to_expr()
+        split = self._split_at_divisor(rest, c)
+        if split is not None:
+            # rest = g * big + small with 0 <= small < g and g | c: the small part never carries
+            # (a relayout's (co * 16 + ci) // 32 with ci < 16 is co // 2, its % 32 (co % 2) * 16 + ci)
+            g, big, small = split
+            if op is BinOp.FLOORDIV:
+                return q.add(affine(self._divmod(BinOp.FLOORDIV, big.to_expr(), c // g))).to_expr()
+            return affine(self._divmod(BinOp.MOD, big.to_expr(), c // g)).scale(g).add(small).to_expr()
         if op is BinOp.MOD:
             return Binary(BinOp.MOD, rest.to_expr(), const(c))
         inner = Binary(BinOp.FLOORDIV, rest.to_expr(), const(c))
         return q.add(Affine({inner: 1})).to_expr() if q.terms or q.const else inner
+
+    def _split_at_divisor(self, rest: Affine, c: int):
+        """``(g, big, small)`` with ``rest == g * big + small``, ``g`` the largest proper divisor of
+        ``c`` for which the terms of ``rest`` whose coefficients ``g`` does not divide (and the
+        constant's remainder) range within ``[0, g)``; None when no divisor does."""
+        divisors = {d for i in range(2, math.isqrt(c) + 1) if c % i == 0 for d in (i, c // i)}
+        for g in sorted(divisors - {c}, reverse=True):
+            big = Affine({t: k // g for t, k in rest.terms.items() if k % g == 0}, rest.const // g)
+            small = Affine({t: k for t, k in rest.terms.items() if k % g}, rest.const % g)
+            if not big.terms:
+                continue
+            r = linear_range(small, self.ranges)
+            if r is not None and r[0] >= 0 and r[1] < g:
+                return g, big, small
+        return None
 
     def _compare(self, op: BinOp, a: Expr, b: Expr) -> Expr:
         diff = affine(a).add(affine(b), -1)

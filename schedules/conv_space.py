@@ -70,13 +70,14 @@ def _chunks_outside_taps(s, w_pack: str):
     return s
 
 
-def _prefetch_loop(below: list, lane_bytes: int) -> str:
+def _prefetch_loop(below: list, lane_bytes: int, tap_lines: int) -> str:
     """The reduction loop whose iterations prefetch the weight stream: the innermost (a block's input
     channels), unless one of its iterations reads less than a cache line of each output-channel block
     (AVX2's blocks of 8 floats: 32 bytes) and a tap loop is around it; there one prefetch per line, not
     two (the unrolled channels' prefetches take load slots the broadcasts need;
-    docs/decisions/071-conv-prefetch-once-per-line.md)."""
-    if lane_bytes < LINE_BYTES and len(below) >= 2 and PREFETCH_PER_LINE:
+    docs/decisions/071-conv-prefetch-once-per-line.md), where one tap's ``tap_lines`` are few enough to
+    prefetch (a 1x1 96 -> 24 in blocks of 8 on AVX-512: 3 blocks x 32 channels = 48 lines, past the limit)."""
+    if lane_bytes < LINE_BYTES and len(below) >= 2 and PREFETCH_PER_LINE and tap_lines <= MAX_PREFETCHES:
         return below[-2]
     return below[-1]
 
@@ -356,9 +357,9 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
         # (at a tap loop: a branch in or right around the unrolled channel loop split its FMAs into blocks
         # that spilled, or kept a 1x1's accumulators out of registers: 0.3-0.5x)
         block = info.kb if info.blocked else kb
-        loop, first = _prefetch_loop(below, block * itemsize(st.dtype)), None
-        tiles = [lp for lp in (p0, q0) if s.extent(lp) > 1]
         tap_lines = kb // block * -(-cb * block * itemsize(st.dtype) // LINE_BYTES)
+        loop, first = _prefetch_loop(below, block * itemsize(st.dtype), tap_lines), None
+        tiles = [lp for lp in (p0, q0) if s.extent(lp) > 1]
         if PREFETCH_FIRST_TILE and above and tiles and len(below) >= 2 and s.extent(below[-2]) > 1 \
                 and tap_lines <= MAX_PREFETCHES:
             loop, first = below[-2], tiles

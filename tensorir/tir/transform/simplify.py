@@ -18,6 +18,11 @@ from tensorir.tir.analysis.bounds import Ranges, int_range, linear_range
 from tensorir.tir.ir import Allocate, For, IfThenElse, Prefetch, PrimFunc, Seq, Store
 
 
+# (x * 16 + y) // 32 with 0 <= y < 16 is x // 2: a remainder that never carries is split off at a divisor
+# of the modulus (False: only a remainder within one whole block resolves); why: docs/decisions/076-lane-pattern-loads.md
+DIVISOR_SPLIT = True
+
+
 def simplify(e: Expr, ranges: Ranges | None = None) -> Expr:
     """Simplify ``e`` using inclusive variable ``ranges`` (Var -> (lo, hi))."""
     return Simplifier(ranges or {}).visit(e)
@@ -140,7 +145,7 @@ class Simplifier:
                 q.const += rr[0] // c
                 return q.to_expr()
             return rest.add(Affine({}, -(rr[0] // c) * c)).to_expr()
-        split = self._split_at_divisor(rest, c)
+        split = self._split_at_divisor(rest, c) if DIVISOR_SPLIT else None
         if split is not None:
             # rest = g * big + small with 0 <= small < g and g | c: the small part never carries
             # (a relayout's (co * 16 + ci) // 32 with ci < 16 is co // 2, its % 32 (co % 2) * 16 + ci)

@@ -12,7 +12,11 @@ relative to onnxruntime's outputs, and per tuned task its share of the estimated
 strategies the estimated model latency after the same trials compares them.
 Models (tests/onnx_models.py, random weights, batch 1 unless said): ``mlp`` 32x1024 -> 2048 -> 2048
 -> 1000 (Gemm + Relu); ``resnet18`` 1x3x224x224 (BatchNorm after every conv, as exported);
-``bert`` one BERT-base encoder layer, sequence 128, hidden 768, 12 heads (decomposed LayerNorm/Gelu).
+``bert`` one BERT-base encoder layer, sequence 128, hidden 768, 12 heads (decomposed LayerNorm/Gelu);
+``resnext56`` / ``resnext14`` ResNeXt-50 (32x4d) bottlenecks, 128 channels at 56x56 in 32 groups of 4 / 512
+at 14x14 in 32 groups of 16; ``se_block`` an EfficientNet MBConv (Swish, depthwise 5x5, squeeze-excitation).
+``gconv:C/K/H/G[/S]`` one grouped 3x3 conv (C -> K channels at H x H in G groups, stride S) and its Relu.
+Only the first three are default (``--models``): the others have no target of their own.
 """
 from __future__ import annotations
 
@@ -33,7 +37,18 @@ MODELS = {
     "mlp": lambda: onnx_models.mlp(batch=32, sizes=(1024, 2048, 2048, 1000)),
     "resnet18": lambda: onnx_models.resnet18(batch=1, size=224),
     "bert": lambda: onnx_models.bert_layer(seq=128, hidden=768, heads=12),
+    "resnext56": onnx_models.resnext_g32_56,
+    "resnext14": onnx_models.resnext_g32_14,
+    "se_block": onnx_models.se_block,
 }
+
+
+def _model(name: str):
+    """The ONNX model called ``name`` (:data:`MODELS`, or ``gconv:C,K,H,G[,S]``)."""
+    if name.startswith("gconv:"):
+        c, k, h, g, *st = (int(v) for v in name[6:].split(","))
+        return onnx_models.grouped_conv(channels=c, out_channels=k, size=h, groups=g, stride=st[0] if st else 1)
+    return MODELS[name]()
 
 
 def _host() -> str:
@@ -43,7 +58,7 @@ def _host() -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--models", default="mlp,resnet18,bert", help="comma-separated; a gconv's fields joined by '/'")
     ap.add_argument("--trials", type=int, default=256)
     ap.add_argument("--threads", default="2,1")
     ap.add_argument("--strategy", default="gradient")
@@ -55,8 +70,9 @@ def main(argv=None) -> int:
     rows, results = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(","):
-            path = os.path.join(tmp, f"{name}.onnx")
-            onnx.save(MODELS[name](), path)
+            name = name.replace("/", ",")
+            path = os.path.join(tmp, f"{name.replace(':', '-').replace(',', '_')}.onnx")
+            onnx.save(_model(name), path)
             graph = load(path)
             for threads in [int(t) for t in args.threads.split(",")]:
                 for strategy in args.strategy.split(","):

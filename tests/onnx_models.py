@@ -289,6 +289,18 @@ def resnext_block(batch: int = 2, channels: int = 64, groups: int = 4, size: int
     return m.model("resnext_block", shape, y, shape)
 
 
+def grouped_conv(channels: int = 128, out_channels: int | None = None, size: int = 56, groups: int = 32,
+                 stride: int = 1, kernel: int = 3, batch: int = 1, seed: int = 0, opset: int = 13) -> onnx.ModelProto:
+    """One grouped conv (biased, ``kernel`` x ``kernel``, padding ``kernel // 2``) and its Relu."""
+    m = ModelMaker(seed, opset)
+    k = out_channels or channels
+    w = m.weight("conv.weight", (k, channels // groups, kernel, kernel), math.sqrt(2 / (channels // groups * kernel ** 2)))
+    y = m.node("Relu", [m.node("Conv", ["input", w, m.weight("conv.bias", (k,), 0.1)], "/conv", kernel_shape=[kernel] * 2,
+                               pads=[kernel // 2] * 4, strides=[stride] * 2, group=groups)], "/relu")
+    out = (size + 2 * (kernel // 2) - kernel) // stride + 1
+    return m.model("grouped_conv", (batch, channels, size, size), y, (batch, k, out, out))
+
+
 def resnext_g32_56(batch: int = 1) -> onnx.ModelProto:
     """ResNeXt-50 (32x4d)'s first-stage bottleneck width: 128 channels at 56x56 in 32 groups of 4."""
     return resnext_block(batch=batch, channels=128, groups=32, size=56)

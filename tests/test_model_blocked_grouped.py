@@ -85,3 +85,16 @@ def test_groups_of_no_whole_block_compute_row_major():
     plan = plan_graph(load(model))
     assert a not in plan.layouts and odd not in plan.layouts and not _grouped_infos(plan)
     _check(model)
+
+
+@pytest.mark.parametrize("channels,groups", [(256, 16), (128, 16)])     # 16 a group; 8 a group (lanes)
+def test_a_lone_grouped_conv_computes_blocked_from_and_to_row_major(channels, groups):
+    # the graph's input and output are row-major: the grouped conv still computes blocked (reading the
+    # input through its padding stage, an Identity copying its output back), not in its row-major form
+    n = Net([1, channels, 6, 5])
+    g = n.op("Relu", [n.conv("x", channels, channels, 3, pads=(1, 1, 1, 1), group=groups)])
+    model = n.model([g])
+    plan = plan_graph(load(model))
+    assert [i.grouped for i in _grouped_infos(plan).values()] == [True]
+    _check(model)
+    _check(model, threads=2)

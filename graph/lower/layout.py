@@ -203,6 +203,12 @@ def _is_conv_group(group) -> bool:
     return any(n.op in ("Conv", "ConvTranspose") for n in group.nodes)
 
 
+# A grouped conv the blocked form computes stays blocked when it writes a graph output from row-major data
+# (its row-major form ran 2.0 ms against 0.27 for 512@14 in 32 groups of 16 alone); why:
+# docs/decisions/076-lane-pattern-loads.md
+GROUPED_OUTPUTS_BLOCKED = True
+
+
 def choose_blocked(graph: Graph, groups: list) -> dict:
     """Value -> blocked layout (``nchw32c``, ``nchw16c``, ``nchw8c``): the output of every conv group the blocked
     form computes (group-1 and many-group convs), of every depthwise conv group (in its input's block) and
@@ -250,7 +256,8 @@ def choose_blocked(graph: Graph, groups: list) -> dict:
             # elementwise group writes it row-major reading through the layout, as the copy would)
             if g.outputs and g.outputs[0] in layouts and g.outputs[0] in graph.outputs:
                 anchor = next((n for n in g.nodes if n.op == "Conv"), None)
-                if anchor is None or anchor.inputs[0] not in layouts:
+                if anchor is None or anchor.inputs[0] not in layouts and not (GROUPED_OUTPUTS_BLOCKED and
+                                                                            conv_block[id(g)] and anchor.attr("group", 1) > 1):
                     bad.add(id(g))
         for v in layouts:
             for r in readers.get(v, []):

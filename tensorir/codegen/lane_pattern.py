@@ -3,9 +3,9 @@
 In a vectorized loop an index that is not linear in the lane variable was a gather (one scalar load
 per lane, LLVM scalarizes it on these CPUs). When the lane-dependent terms are functions of the lane
 variable alone, each lane's offset is a known constant plus a lane-free part: the lanes read a window
-of memory, loaded as whole vectors and rearranged with one shuffle. A grouped convolution's
-block-diagonal form reads its 4-channel groups this way (``(ki // 4) * 4 + ci``), and a nearest
-upsampling its repeated columns (``q // 2``). Why: docs/decisions/076-lane-pattern-loads.md
+of memory, loaded as whole vectors and rearranged with one shuffle. A grouped convolution in blocks of
+whole groups reads its 4-channel groups this way (``(ki // 4) * 4 + ci``; the models' other kernels have no
+such load). Why: docs/decisions/076-lane-pattern-loads.md
 """
 from __future__ import annotations
 

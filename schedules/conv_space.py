@@ -49,6 +49,9 @@ ORDERS = ("c|rs", "crs|", "|crs", "rsc|")     # reduce loops above | below the l
 DW_ORDERS = ("|rs", "rs|", "r|s")
 PAD_ROWS_WEIGHTS = 1 << 18  # weight values up to which a blocked conv pads its data per row task (1 MiB fp32)
 QT_CHOICES = (1, 2, 3, 4, 5, 6, 7, 8, 12, 14, 16, 28)   # register-tile columns offered (and the heuristic's)
+TILE_TASK_WEIGHTS = 1     # a 1x1's task weights, in LOCAL_VALUES, up to which it keeps the whole reduction in the
+#                           register tile, each register tile a task (decision 029); with 32 registers (AVX-512)
+TILE_TASK_WEIGHTS_32 = 16  # 512 KiB of a task's weights streamed from L2 per register tile (decision 077)
 SMALL_BLOCK_WEIGHTS = 2   # a 1x1's task weights, in LOCAL_VALUES, up to which blocks of under 16 channels keep
 #                           the whole reduction in the register tile (1: as wider blocks; decision 061)
 CONV_PREFETCH = PANEL_DISTANCE   # bytes ahead the start prefetches a packed weight block (0: none)
@@ -143,12 +146,13 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
     q_tiles = -(-info.Q // qt)
     task_weights = kb * (1 if info.depthwise else info.lane_group or info.C) * info.R * info.S
     row_local = q_tiles > 1 and q_tiles * qt * pt * kb <= LOCAL_VALUES
-    # a 1x1 whose task's weights fit L1 and whose row has several register tiles keeps its whole
-    # reduction in the register tile (below, decision 029), each register tile a task
+    # a 1x1 whose task's weights fit L1 (with 32 registers, L2: decision 077) and whose row has several
+    # register tiles keeps its whole reduction in the register tile (below, decision 029), each tile a task
     # (or, in blocks of under 16 channels, within twice that: the other order would pass the accumulators
     # through memory every 8 channels; docs/decisions/061-pointwise-conv-groups-run-their-plane-as-one-row.md)
     tile_tasks_1x1 = not info.depthwise and info.R * info.S == 1 and row_local \
-        and task_weights <= LOCAL_VALUES * (SMALL_BLOCK_WEIGHTS if cb < 16 else 1)
+        and task_weights <= LOCAL_VALUES * (SMALL_BLOCK_WEIGHTS if cb < 16 else
+                                            TILE_TASK_WEIGHTS_32 if space.registers >= 32 else TILE_TASK_WEIGHTS)
     # a blocked depthwise conv's weights are a few vectors per block (nothing to reuse along a row):
     # the local tile is the register tile (a whole row's ran 1.5x as long, MobileNet-V2's 192@56); so
     # for such a 1x1: a row's local tile reuses no weights and costs a pass of the accumulators

@@ -71,7 +71,8 @@ def test_lane_groups_read_their_channels_without_gathers():
     n = Net([1, 64, 12, 12])
     g4 = n.conv(n.conv("x", 64, 64, 1), 64, 64, 3, pads=(1, 1, 1, 1), group=16)
     plan = plan_graph(load(n.model([g4])))
-    lw = next(lw for lw in plan.lowered if any(i.grouped for i in find_convs(Schedule(lw.tensors).stage_graph()).values()))
+    lw = next(lw for lw in plan.lowered
+              if any(i.grouped for i in find_convs(Schedule(lw.tensors).stage_graph()).values()))
     space = GeneratedSpace(list(lw.tensors))
     text = str(build(space.apply(FixedDecisions(space.default_decisions())).lower()).llvm_ir)
     assert "masked.gather" not in text and "shufflevector" in text

@@ -140,7 +140,8 @@ class VectorContext:
             if len(set(offsets)) > 1:
                 varying.append(d)
             elif offsets[0]:
-                rest = Const(offsets[0], "int32") if rest is None else Binary(BinOp.ADD, rest, Const(offsets[0], "int32"))
+                shift = Const(offsets[0], "int32")
+                rest = shift if rest is None else Binary(BinOp.ADD, rest, shift)
             rests.append(rest)
         last, st = len(indices) - 1, strides(buf)
         if varying == [last] and st[last] == 1:

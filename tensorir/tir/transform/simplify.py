@@ -19,7 +19,8 @@ from tensorir.tir.ir import Allocate, For, IfThenElse, Prefetch, PrimFunc, Seq, 
 
 
 # (x * 16 + y) // 32 with 0 <= y < 16 is x // 2: a remainder that never carries is split off at a divisor
-# of the modulus (False: only a remainder within one whole block resolves); why: docs/decisions/076-lane-pattern-loads.md
+# of the modulus (False: only a remainder within one whole block resolves);
+# why: docs/decisions/076-lane-pattern-loads.md
 DIVISOR_SPLIT = True
 
 

@@ -503,3 +503,14 @@ def test_avx2_rows_of_7_take_two_vectors_by_4_columns_and_a_pinned_edge(options,
     else:
         assert got == tile and before == (8, 7, 1)
         _run(space, "conv2d_nchwc", params, FixedDecisions(d))
+
+
+@pytest.mark.parametrize("options,order", [(AVX512, "|crs"), (AVX2, "c|rs")])
+def test_an_avx512_1x1_keeps_its_reduction_in_the_tile_up_to_l2_weights(options, order):
+    # ResNet-50's 1024 -> 256 at 14x14 as one row of 196: a task's weights (its tile's channels x 1024) past
+    # L1 (decision 077): with 32 registers the whole reduction in the register tile, each tile a task (1.11x /
+    # 1.23x at 1 / 2 threads on Zen 4); with 16 registers (not measured) a block's weights sweep the row as before
+    params = dict(N=1, C=1024, H=1, W=196, K=256, R=1, S=1, stride=1, pad=0, cb=16, kb=16, dtype="float32")
+    space = GeneratedSpace(get_workload("conv2d_nchwc").make(**params), options)
+    d = space.default_decisions()
+    assert d["Y.order"] == order and (d["Y.q2"] == 1) == (order == "|crs")

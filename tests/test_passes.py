@@ -346,7 +346,7 @@ def test_affine_form_is_shared():
 def test_divmod_by_a_multiple_of_a_block_resolves_and_keeps_every_value():
     # (co * 16 + ci) // 32 with ci < 16 is co // 2 (a relayout between blocks of 16 and 32): the small
     # part never carries; random affine forms over small ranges keep their value everywhere
-    from tensorir.codegen.lane_pattern import int_value
+    from tensorir.tir.analysis.values import int_values
     from tensorir.tir.transform.simplify import simplify
     co, ci = Var("co"), Var("ci")
     ranges = {co: (0, 7), ci: (0, 15)}
@@ -363,4 +363,4 @@ def test_divmod_by_a_multiple_of_a_block_resolves_and_keeps_every_value():
             for x in range(8):
                 for y in range(hi + 1):
                     env = {"co": x, "ci": y}
-                    assert int_value(s, env) == int_value(e, env), (e, s, env)
+                    assert int_values(s, env) == int_values(e, env), (e, s, env)

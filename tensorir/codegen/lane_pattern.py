@@ -9,28 +9,12 @@ such load). Why: docs/decisions/076-lane-pattern-loads.md
 """
 from __future__ import annotations
 
+import numpy as np
 from llvmlite import ir
 
 from tensorir.codegen.types import I32, I64
-from tensorir.te.expr import Binary, BinOp, Const, Var
 from tensorir.tir.analysis.affine import Affine, affine
-
-_EVAL = {BinOp.ADD: lambda a, b: a + b, BinOp.SUB: lambda a, b: a - b, BinOp.MUL: lambda a, b: a * b,
-         BinOp.FLOORDIV: lambda a, b: a // b if b else None, BinOp.MOD: lambda a, b: a % b if b else None,
-         BinOp.MIN: min, BinOp.MAX: max}
-
-
-def int_value(e, env: dict):
-    """The integer value of ``e`` with variables bound by ``env`` (name -> int), or None when ``e``
-    holds anything but integer constants, those variables and arithmetic."""
-    if isinstance(e, Const):
-        return int(e.value) if isinstance(e.value, int) or float(e.value).is_integer() else None
-    if isinstance(e, Var):
-        return env.get(e.name)
-    if isinstance(e, Binary) and e.op in _EVAL:
-        a, b = int_value(e.a, env), int_value(e.b, env)
-        return None if a is None or b is None else _EVAL[e.op](a, b)
-    return None
+from tensorir.tir.analysis.values import int_values
 
 
 def known_value(e, bound: dict):
@@ -39,7 +23,8 @@ def known_value(e, bound: dict):
     if e is None:
         return 0
     env = {name: v.constant for name, v in bound.items() if isinstance(v, ir.Constant) and isinstance(v.constant, int)}
-    return int_value(e, env)
+    value = int_values(e, env)
+    return None if value is None else int(value)
 
 
 def lane_offsets(vec, e):
@@ -59,10 +44,10 @@ def lane_offsets(vec, e):
             continue
         if not lane_only(t):
             return None
-        values = [int_value(t, {var: k}) for k in range(lanes)]
-        if None in values:
+        values = int_values(t, {var: np.arange(lanes)})
+        if values is None:
             return None
-        offsets = [o + c * v for o, v in zip(offsets, values)]
+        offsets = [o + c * int(v) for o, v in zip(offsets, np.broadcast_to(values, (lanes,)))]
     if not rest and not form.const:
         return offsets, None
     return offsets, Affine(rest, form.const).to_expr()

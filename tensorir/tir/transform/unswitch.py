@@ -22,6 +22,7 @@ import numpy as np
 from tensorir.te.expr import Binary, BinOp, Const, Expr, Select, Var
 from tensorir.tir.analysis.affine import Affine, affine, mentions
 from tensorir.tir.analysis.bounds import linear_range
+from tensorir.tir.analysis.values import int_values
 from tensorir.tir.ir import Allocate, For, ForKind, IfThenElse, PrimFunc, Seq, Store
 
 # d = a - b; the comparison ``a op b`` holds over a box iff it holds at d's minimum (``>=``, ``>``)
@@ -33,11 +34,6 @@ _AT_MAX = frozenset({BinOp.LE, BinOp.LT})
 # (docs/decisions/050-padded-copies-are-unswitched.md)
 MIN_INSIDE = 0.8
 MAX_COUNTED = 1 << 20     # enclosing iterations counted at most, to find that share
-_NP = {BinOp.ADD: np.add, BinOp.SUB: np.subtract, BinOp.MUL: np.multiply, BinOp.FLOORDIV: np.floor_divide,
-       BinOp.MOD: np.mod, BinOp.GE: np.greater_equal, BinOp.GT: np.greater, BinOp.LE: np.less_equal,
-       BinOp.LT: np.less, BinOp.AND: np.logical_and}
-
-
 def unswitch_func(func: PrimFunc) -> PrimFunc:
     """The pass (see the module docstring); ``func`` itself when no copy pads."""
     body = _Unswitch().stmt(func.body, {}, frozenset())
@@ -187,18 +183,7 @@ def _share(cond: Expr, ranges: dict) -> float:
     if any(r is None for r in names.values()) or np.prod([r[1] - r[0] + 1 for r in names.values()]) > MAX_COUNTED:
         return 0.0
     axes = list(names)
-    grid = {v: np.arange(names[v][0], names[v][1] + 1).reshape([-1 if k == d else 1 for k in range(len(axes))])
+    grid = {v.name: np.arange(names[v][0], names[v][1] + 1).reshape([-1 if k == d else 1 for k in range(len(axes))])
             for d, v in enumerate(axes)}
-    value = _evaluate(cond, grid)
+    value = int_values(cond, grid)
     return 0.0 if value is None else float(np.mean(np.broadcast_to(value, [g.size for g in grid.values()])))
-
-
-def _evaluate(e: Expr, grid: dict):
-    if isinstance(e, Const):
-        return np.int64(e.value) if not isinstance(e.value, bool) else np.bool_(e.value)
-    if isinstance(e, Var):
-        return grid[e]
-    if isinstance(e, Binary) and e.op in _NP:
-        a, b = _evaluate(e.a, grid), _evaluate(e.b, grid)
-        return None if a is None or b is None else _NP[e.op](a, b)
-    return None

@@ -224,7 +224,26 @@ def compile_graph(graph: Graph, log=None, threads: int | None = None, passes: bo
     info = {"plan": plan, "kernels": kernels, "groups": len(plan.groups), "distinct_kernels": len(kernels),
             "schedules": matches, "lower_seconds": plan.seconds, "build_seconds": build_s,
             "prepacked_kernels": sum(1 for k in kernels.values() if getattr(k, "prepacked", None) is not None)}
+    _warn_failed_starts(plan, kernels)
     model = assemble(plan, kernels, info)
     if threads is not None:
         model.threads = threads
     return model
+
+
+def _warn_failed_starts(plan: Plan, kernels: dict) -> None:
+    """One warning naming the groups whose heuristic start failed to build: they run the naive
+    loop nest, correct but often 10-100x slower, which the kernel counts alone would hide."""
+    import warnings
+    from logs import TuningFallbackWarning
+    failed = []
+    for key, kernel in kernels.items():
+        lookup = getattr(kernel, "lookup", None)
+        if getattr(lookup, "match", None) == "naive" and "heuristic failed" in getattr(lookup, "why", ""):
+            names = [g.name for g, lw in zip(plan.groups, plan.lowered) if lw.key == key]
+            failure = lookup.why.split("heuristic failed: ", 1)[1]
+            failed.append(f"{names[0]}{f' (+{len(names) - 1} alike)' if len(names) > 1 else ''}: {failure}")
+    if failed:
+        warnings.warn(f"{plan.graph.name}: {len(failed)} kernel(s) run the naive loop nest because their "
+                      f"heuristic start failed to build (slow, still correct; please report): "
+                      + "; ".join(failed), TuningFallbackWarning, stacklevel=3)

@@ -4,7 +4,8 @@
                                      [--rounds 5] [--layouts-ab] [--blocked-ab] [--winograd-ab] [--f4-ab]
                                      [--out FILE]
 
-For each model of ``tests/onnx_models.py`` (random weights, seeded):
+For each model of ``tests/onnx_models.py`` (random weights, seeded; ``gconv:C/K/H/G[/S[/R]]`` one conv,
+:func:`tests.onnx_models.by_name`):
 
 - import time (``tuner.model_api.load``) and compile time (``compile_model``: passes, fusion,
   lowering, one kernel per distinct group with its heuristic start; the kernel cache is cleared
@@ -65,7 +66,7 @@ def bench(name: str, threads: int, rounds: int, log, layouts_ab: bool = False, b
     from tensorir.runtime import clear_cache
     from tuner.compare import side_by_side
     from tuner.model_api import compile_model, load
-    model = getattr(models, name)()
+    model = models.by_name(name)
     t0 = time.perf_counter()
     graph = load(model)
     t1 = time.perf_counter()

@@ -15,7 +15,8 @@ Models (tests/onnx_models.py, random weights, batch 1 unless said): ``mlp`` 32x1
 ``bert`` one BERT-base encoder layer, sequence 128, hidden 768, 12 heads (decomposed LayerNorm/Gelu);
 ``resnext56`` / ``resnext14`` ResNeXt-50 (32x4d) bottlenecks, 128 channels at 56x56 in 32 groups of 4 / 512
 at 14x14 in 32 groups of 16; ``se_block`` an EfficientNet MBConv (Swish, depthwise 5x5, squeeze-excitation).
-``gconv:C/K/H/G[/S]`` one grouped 3x3 conv (C -> K channels at H x H in G groups, stride S) and its Relu.
+``gconv:C/K/H/G[/S[/R]]`` one grouped R x R conv (3 unless given; C -> K channels at H x H in G groups,
+stride S) and its Relu.
 Only the first three are default (``--models``): the others have no target of their own.
 """
 from __future__ import annotations
@@ -44,11 +45,8 @@ MODELS = {
 
 
 def _model(name: str):
-    """The ONNX model called ``name`` (:data:`MODELS`, or ``gconv:C,K,H,G[,S]``)."""
-    if name.startswith("gconv:"):
-        c, k, h, g, *st = (int(v) for v in name[6:].split(","))
-        return onnx_models.grouped_conv(channels=c, out_channels=k, size=h, groups=g, stride=st[0] if st else 1)
-    return MODELS[name]()
+    """The ONNX model called ``name`` (:data:`MODELS`, else :func:`tests.onnx_models.by_name`)."""
+    return MODELS[name]() if name in MODELS else onnx_models.by_name(name)
 
 
 def _host() -> str:

@@ -125,3 +125,11 @@ def database(postgres_url):
     with psycopg.connect(postgres_url, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name}")
     return postgres_url.rsplit("/", 1)[0] + f"/{name}"
+
+
+@pytest.fixture(autouse=True)
+def _models_run_on_the_threads_asked_for(request, monkeypatch):
+    """Test models are small: without this they would run on one thread (decision 078) and the tests
+    asking for 2 threads would no longer run parallel code. Tests marked ``own_thread_choice`` keep it."""
+    if request.node.get_closest_marker("own_thread_choice") is None:
+        monkeypatch.setattr("tuner.model_threads.SERIAL_MODEL_SECONDS", 0.0)

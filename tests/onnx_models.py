@@ -356,3 +356,17 @@ def se_block(batch: int = 1, channels: int = 24, expansion: int = 4, size: int =
     y = m.node("Add", ["input", y], "/add")
     shape = (batch, channels, size, size)
     return m.model("se_block", shape, y, shape)
+
+
+def by_name(name: str) -> onnx.ModelProto:
+    """The model a benchmark names: a builder of this module called with its defaults, or
+    ``gconv:C,K,H,G[,S[,R]]`` (``/`` also separates): :func:`grouped_conv` with C -> K channels at
+    H x H in G groups (1: a plain conv), stride S, an R x R window."""
+    if name.startswith("gconv:"):
+        c, k, h, g, *rest = (int(v) for v in name[6:].replace("/", ",").split(","))
+        return grouped_conv(channels=c, out_channels=k, size=h, groups=g, stride=rest[0] if rest else 1,
+                            kernel=rest[1] if len(rest) > 1 else 3)
+    builder = globals().get(name)
+    if name.startswith("_") or not callable(builder) or name == "by_name":
+        raise ValueError(f"no model {name!r} in tests/onnx_models.py")
+    return builder()

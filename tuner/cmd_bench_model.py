@@ -54,6 +54,7 @@ def run(args) -> int:
            "onnxruntime_latency_s": times.get("onnxruntime"),
            "ratio": times.speedup.get("tensortune"),
            "schedules": model.info.get("schedules") if model.info else None,
+           "kernel_threads": model.threads, "threads_note": model.info.get("serial"),
            "onnxruntime_note": why, "outputs_match_onnxruntime": None if ort is None else mismatch is None,
            "mismatch": mismatch}
     if args.json:
@@ -65,6 +66,8 @@ def run(args) -> int:
         else:
             line += f" ({why})"
         print(line)
+        if model.info.get("serial"):
+            print(f"  {model.info['serial']}")
         if mismatch:
             print(f"  outputs differ from onnxruntime's: {mismatch}")
     return 0 if mismatch is None else 1

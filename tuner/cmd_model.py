@@ -165,7 +165,7 @@ def cmd_run(args) -> int:
     info = model.info
     print(f"{graph.name}: {len(graph.nodes)} nodes -> {info['groups']} fused groups, {info['distinct_kernels']} "
           f"kernels ({', '.join(f'{n} {m}' for m, n in info['schedules'].items())}); compiled in {t1 - t0:.1f} s, "
-          f"ran in {(t2 - t1) * 1e3:.1f} ms", file=sys.stderr)
+          f"ran in {(t2 - t1) * 1e3:.1f} ms{'; ' + info['serial'] if info.get('serial') else ''}", file=sys.stderr)
     print(f"wrote {out}: {', '.join(f'{k} {v.dtype}{list(v.shape)}' for k, v in outputs.items())}")
     if args.profile:
         print(profile_text(model, feeds))

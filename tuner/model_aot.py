@@ -133,6 +133,8 @@ def export_model(graph: Graph, out: str, log=None, threads: int = 0) -> Exported
         raise AotError(f"cannot write {out}.so: folder {folder} does not exist")
     name = os.path.basename(out)
     model = compile_graph(graph, log=log)
+    if model.info.get("serial") and threads != 1:
+        threads = 1         # a model too small to wake a second thread (tuner/model_threads.py)
     kernels = model.info["kernels"]
     symbols, aot, by_key = {}, [], {}
     key_of = {id(k): key for key, k in kernels.items()}

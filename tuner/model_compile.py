@@ -18,6 +18,7 @@ from graph.lower import lower_group, plan_blocked, plan_layouts, storage_dtype, 
 from graph.lower.core import storage_shape
 from graph.runtime import Buffer, CompiledModel, Step
 from tensorir.te.evaluate import evaluate
+from tuner.model_threads import model_threads
 from tuner.prepack import replaced_inputs
 
 
@@ -225,9 +226,10 @@ def compile_graph(graph: Graph, log=None, threads: int | None = None, passes: bo
             "schedules": matches, "lower_seconds": plan.seconds, "build_seconds": build_s,
             "prepacked_kernels": sum(1 for k in kernels.values() if getattr(k, "prepacked", None) is not None)}
     _warn_failed_starts(plan, kernels)
+    run_threads, info["serial"] = model_threads(plan.lowered, threads)
     model = assemble(plan, kernels, info)
-    if threads is not None:
-        model.threads = threads
+    if run_threads is not None:
+        model.threads = run_threads
     return model
 
 

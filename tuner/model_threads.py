@@ -18,7 +18,7 @@ import numpy as np
 from tensorir.te.evaluate import count_flops
 
 # A model estimated to take less than this on one thread runs on one (decision 078).
-SERIAL_MODEL_SECONDS = 100e-6
+SERIAL_MODEL_SECONDS = 150e-6
 # The estimate's rates: deliberately below what untuned kernels reach (AVX2 hosts included), so a
 # model near the limit is counted slower than it is and keeps its threads.
 SERIAL_FLOPS_PER_SECOND = 50e9

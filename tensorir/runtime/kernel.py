@@ -196,16 +196,25 @@ class Kernel:
         keeps the arrays and the kernel's code alive (the compile cache may drop
         the kernel); it uses the thread count set at bind time.
         """
+        return self.bind_slots(*arrays)[0]
+
+    def bind_slots(self, *arrays):
+        """``(run, ptrs, written)``: :meth:`bind`'s callable, the list of data pointers it reads at
+        every call, and per argument whether the kernel writes it. The caller may replace
+        ``ptrs[i]`` with the address of another array of argument i's dtype and shape, C-contiguous,
+        overlapping no other argument if either is written, and must keep that array alive while the
+        callable may run (a model's call on its caller's arrays)."""
         ptrs = self._check(arrays)
         cfunc, threads, sites = self._cfunc, self._threads, self._sites
+        written = tuple(s.is_output for s in self._specs)
         if self._lock is not None:
-            return lambda _keep=arrays: self._run(ptrs, threads)     # holds self
+            return (lambda _keep=arrays: self._run(ptrs, threads)), ptrs, written     # holds self
 
         def run(_keep=arrays, _code=self):
             status = cfunc(*ptrs, threads)
             if status:
                 raise sites.error(status)
-        return run
+        return run, ptrs, written
 
     # -------------------------------------------------------- export
     def export_object(self, path) -> None:

@@ -83,3 +83,16 @@ def test_a_model_with_nothing_to_tune_says_so_and_writes_no_log(tmp_path, capsys
     out, err = capsys.readouterr()
     assert "nothing to tune" in err and "nothing to weigh" not in err
     assert "0 trials" in out and "log: none written" in out and not log.exists()
+
+
+@pytest.mark.own_thread_choice
+def test_a_model_too_small_for_two_threads_is_tuned_and_timed_on_one(tmp_path, capsys):
+    path = tmp_path / "tiny.onnx"
+    onnx.save(mlp(batch=16, sizes=(128, 256, 128, 8)), path)     # ~75 us estimated on one thread
+    log = str(tmp_path / "log.jsonl")
+    assert main(["tune-model", str(path), "--trials", "4", "--log", log, "--threads", "2", "--json", "--rounds", "1"]) == 0
+    out = _json(capsys)
+    assert out["threads"] == 2 and out["kernel_threads"] == 1 and out["threads_note"].startswith("runs on 1 thread")
+    assert out["trials"] == 4 and out["outputs_match_untuned"]
+    records = [json.loads(line) for line in open(log)]
+    assert records and {r["target"]["threads"] for r in records} == {1}

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 
 from .model_tasks import MIN_TUNED_FLOPS, extract_tasks, select_tasks
+from .model_threads import model_threads
 from .search import TuneConfig
 from .study import is_shared
 from .task_scheduler import SchedulerConfig, TaskScheduler
@@ -65,11 +66,15 @@ def tune_model(graph, model_path: str | None, options: ModelTuneOptions, say=Non
         say(f"nothing to tune: every kernel of this model has fewer than {MIN_TUNED_FLOPS:,} floating-point "
             "operations per run or no reduction, and runs its heuristic start; the log is not written")
 
+    # a model too small for a second thread runs on one (decision 078): tune and time it there too
+    threads, serial = model_threads(plan.lowered, options.threads)
+    if serial:
+        say(f"{graph.name} {serial}; its kernels are tuned on 1 thread")
     feeds = random_feeds(plan.graph, options.seed)
-    starts = build_kernels(plan, log=[], threads=options.threads)      # heuristic starts only
+    starts = build_kernels(plan, log=[], threads=threads)      # heuristic starts only
     untuned = assemble(plan, starts)
-    if options.threads:
-        untuned.threads = options.threads
+    if threads:
+        untuned.threads = threads
     reference = untuned.run(feeds)
 
     scheduler = result = shared = None
@@ -78,23 +83,23 @@ def tune_model(graph, model_path: str | None, options: ModelTuneOptions, say=Non
         scheduler = TaskScheduler([t.task(model_name) for t in chosen],
                                   SchedulerConfig(trials=options.trials, strategy=options.strategy,
                                                   timeout_s=options.timeout_s),
-                                  TuneConfig(threads=options.threads, seed=options.seed), log=TuningLog(log_path),
+                                  TuneConfig(threads=threads, seed=options.seed), log=TuningLog(log_path),
                                   storage=None if shared_storage else options.storage,
                                   progress=TableProgress(tasks, enabled=options.progress))
         if shared_storage:
             from .model_coordinator import SharedModelRun
-            shared = SharedModelRun(scheduler, options.storage, TuningLog(log_path), options.threads,
+            shared = SharedModelRun(scheduler, options.storage, TuningLog(log_path), threads,
                                     workers=options.workers, lease_s=options.lease_s, say=say)
             result = shared.run()
         else:
             result = scheduler.run()
     tune_s = time.perf_counter() - started
 
-    kernels = build_kernels(plan, log=log_path, threads=options.threads, choices=False)
-    checked = _in_model_check(plan, tasks, kernels, starts, feeds, options, log_path, model_name, say)
+    kernels = build_kernels(plan, log=log_path, threads=threads, choices=False)
+    checked = _in_model_check(plan, tasks, kernels, starts, feeds, threads, log_path, model_name, say)
     tuned = assemble(plan, kernels)
-    if options.threads:
-        tuned.threads = options.threads
+    if threads:
+        tuned.threads = threads
     outputs = tuned.run(feeds)
     names = list(outputs)
     problem = check_outputs(names, [outputs[k] for k in names], [reference[k] for k in names],
@@ -104,7 +109,8 @@ def tune_model(graph, model_path: str | None, options: ModelTuneOptions, say=Non
     ort_error = relative_error(outputs, ort, feeds) if ort is not None else None
     times = time_models({"tuned": tuned, "untuned": untuned}, feeds, options.threads, ort, rounds=options.rounds)
     estimated = result.latency if result is not None and math.isfinite(result.latency) else None
-    return {"model": model_path or graph.name, "threads": options.threads, "strategy": options.strategy,
+    return {"model": model_path or graph.name, "threads": options.threads, "kernel_threads": threads,
+            "threads_note": serial, "strategy": options.strategy,
             "trials": result.trials if result else 0, "budget": options.trials,
             "tuning_seconds": round(tune_s, 2), "tasks": task_rows(scheduler, tasks) if scheduler else [],
             "task_seconds": {st.task.name: round(st.seconds, 2) for st in scheduler.states} if scheduler else {},
@@ -120,7 +126,7 @@ def tune_model(graph, model_path: str | None, options: ModelTuneOptions, say=Non
                                for c in checked]}
 
 
-def _in_model_check(plan, tasks, kernels: dict, starts: dict, feeds: dict, options, log_path: str,
+def _in_model_check(plan, tasks, kernels: dict, starts: dict, feeds: dict, threads, log_path: str,
                     model_name: str, say) -> list:
     """Per task whose tuned kernel is not its start, keep the one that runs faster in the model
     (``kernels`` updated in place) and log the choice; returns the :class:`~tuner.model_choice.Choice` list."""
@@ -134,9 +140,9 @@ def _in_model_check(plan, tasks, kernels: dict, starts: dict, feeds: dict, optio
         return []
     by_key = {t.spec.key: t for t in tasks}
     say(f"checking {len(keys)} tuned kernel(s) against their starts inside the model ...")
-    checked = choose(plan, kernels, starts, keys, feeds, options.threads, {k: by_key[k].label for k in keys})
+    checked = choose(plan, kernels, starts, keys, feeds, threads, {k: by_key[k].label for k in keys})
     log = TuningLog(log_path)
-    for record in choice_records(kernels, checked, start_of, by_key, options.threads, model_name):
+    for record in choice_records(kernels, checked, start_of, by_key, threads, model_name):
         log.append(record)
     for c in checked:
         if c.kept == "start":

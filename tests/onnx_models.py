@@ -6,6 +6,7 @@ follow the PyTorch exporter's style (``/layer1/layer1.0/conv1/Conv_output_0``).
 """
 from __future__ import annotations
 
+import inspect
 import itertools
 import math
 
@@ -367,6 +368,6 @@ def by_name(name: str) -> onnx.ModelProto:
         return grouped_conv(channels=c, out_channels=k, size=h, groups=g, stride=rest[0] if rest else 1,
                             kernel=rest[1] if len(rest) > 1 else 3)
     builder = globals().get(name)
-    if name.startswith("_") or not callable(builder) or name == "by_name":
+    if name.startswith("_") or name == "by_name" or not inspect.isfunction(builder) or builder.__module__ != __name__:
         raise ValueError(f"no model {name!r} in tests/onnx_models.py")
     return builder()

@@ -1,4 +1,6 @@
 """A model too small to pay for waking a second thread runs on one (decision 078); others keep theirs."""
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -21,7 +23,9 @@ def _check(model, graph):
 
 @pytest.mark.parametrize("threads", [2, None])
 def test_a_tiny_conv_model_runs_on_one_thread_and_says_why(threads, monkeypatch):
-    monkeypatch.setattr(model_threads.os, "sched_getaffinity", lambda pid: {0, 1})   # as on a 2-core host
+    real = model_threads.Target.host
+    monkeypatch.setattr(model_threads.Target, "host",                 # as on a 2-core host
+                        lambda *a, **k: dataclasses.replace(real(*a, **k), cores=2))
     graph = load_onnx(onnx_models.grouped_conv(channels=16, size=10, groups=1, kernel=1))
     seconds = model_threads.serial_estimate(plan_graph(graph).lowered)
     assert 0 < seconds < model_threads.SERIAL_MODEL_SECONDS

@@ -235,16 +235,16 @@ def compile_graph(graph: Graph, log=None, threads: int | None = None, passes: bo
 
 def _warn_failed_starts(plan: Plan, kernels: dict) -> None:
     """One warning naming the groups whose heuristic start failed to build: they run the naive
-    loop nest, correct but often 10-100x slower, which the kernel counts alone would hide."""
+    loop nest, correct but often 10-100x slower, which the kernel counts alone would hide.
+    (:func:`build_kernels` asks for the heuristic start, so a naive kernel is one whose start failed.)"""
     import warnings
     from logs import TuningFallbackWarning
     failed = []
     for key, kernel in kernels.items():
         lookup = getattr(kernel, "lookup", None)
-        if getattr(lookup, "match", None) == "naive" and "heuristic failed" in getattr(lookup, "why", ""):
+        if getattr(lookup, "match", None) == "naive":
             names = [g.name for g, lw in zip(plan.groups, plan.lowered) if lw.key == key]
-            failure = lookup.why.split("heuristic failed: ", 1)[1]
-            failed.append(f"{names[0]}{f' (+{len(names) - 1} alike)' if len(names) > 1 else ''}: {failure}")
+            failed.append(f"{names[0]}{f' (+{len(names) - 1} alike)' if len(names) > 1 else ''}: {lookup.why}")
     if failed:
         warnings.warn(f"{plan.graph.name}: {len(failed)} kernel(s) run the naive loop nest because their "
                       f"heuristic start failed to build (slow, still correct; please report): "

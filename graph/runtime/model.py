@@ -161,6 +161,7 @@ class CompiledModel:
             bind = getattr(step.kernel, "bind", None)
             bound.append(bind(*args) if bind is not None else (lambda k=step.kernel, a=args: k(*a)))
         self._slots = {b: v for b, v in slots.items() if b in self._direct_buffers(unslotted, written)}
+        self._home = {b: self._arrays[b].ctypes.data for b in self._slots}     # restored after each run
         return bound
 
     def _direct_buffers(self, unslotted: set, written: set) -> set:
@@ -251,7 +252,7 @@ class CompiledModel:
                     call()
             finally:
                 for b in moved:         # back to the model's own buffers (profile(), the next run)
-                    home = self._arrays[b].ctypes.data
+                    home = self._home[b]
                     for ptrs, j in slots[b]:
                         ptrs[j] = home
             for b in self.output_ids:

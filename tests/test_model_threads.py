@@ -23,9 +23,8 @@ def _check(model, graph):
 
 @pytest.mark.parametrize("threads", [2, None])
 def test_a_tiny_conv_model_runs_on_one_thread_and_says_why(threads, monkeypatch):
-    real = model_threads.Target.host
-    monkeypatch.setattr(model_threads.Target, "host",                 # as on a 2-core host
-                        lambda *a, **k: dataclasses.replace(real(*a, **k), cores=2))
+    real = model_threads.compile_target
+    monkeypatch.setattr(model_threads, "compile_target", lambda: dataclasses.replace(real(), cores=2))   # 2 cores
     graph = load_onnx(onnx_models.grouped_conv(channels=16, size=10, groups=1, kernel=1))
     seconds = model_threads.serial_estimate(plan_graph(graph).lowered)
     assert 0 < seconds < model_threads.SERIAL_MODEL_SECONDS

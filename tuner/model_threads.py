@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tensorir.target import Target
 from tensorir.te.evaluate import count_flops
+from tuner.target import compile_target
 
 # A model estimated to take less than this on one thread runs on one (decision 078).
 SERIAL_MODEL_SECONDS = 150e-6
@@ -38,7 +38,7 @@ def serial_estimate(lowered) -> float:
 def model_threads(lowered, threads: int | None) -> tuple:
     """``(threads, reason)``: 1 and why when the model is too small for more (see the module
     docstring), else ``(threads, None)`` unchanged (None: the kernels' default)."""
-    if threads == 1 or (threads is None and Target.host().cores < 2):
+    if threads == 1 or (threads is None and compile_target().cores < 2):
         return threads, None
     seconds = serial_estimate(lowered)
     if seconds >= SERIAL_MODEL_SECONDS:

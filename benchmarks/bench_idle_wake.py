@@ -47,7 +47,7 @@ def run(name: str, threads: int, pause_s: float, calls: int, rounds: int, text: 
     from tests import onnx_models
     from tuner.model_api import load
     from tuner.model_timing import random_feeds
-    model = getattr(onnx_models, name)()
+    model = onnx_models.by_name(name)
     graph = load(model)
     feeds = random_feeds(graph)
     builds, sess = _builds(graph, model, threads, text)

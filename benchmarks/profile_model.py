@@ -215,7 +215,7 @@ def _overrides(text: str) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--models", default="bert_layer", help="builders of tests/onnx_models.py, comma separated")
+    p.add_argument("--models", default="bert_layer", help="builders of tests/onnx_models.py or gconv:C/K/H/G[/S[/R]], comma separated")
     p.add_argument("--onnx", help="profile this ONNX file instead (static shapes)")
     p.add_argument("--log", action="append", help="tuning log whose records the build uses (repeatable)")
     p.add_argument("--threads", default="1,2")
@@ -249,7 +249,7 @@ def main(argv=None) -> int:
         models = [(os.path.basename(args.onnx), onnx.load(args.onnx))]
     else:
         import tests.onnx_models as builders
-        models = [(n, getattr(builders, n)()) for n in args.models.split(",")]
+        models = [(n, builders.by_name(n)) for n in args.models.split(",")]
     for threads in [int(t) for t in args.threads.split(",")]:
         for name, model in models:
             profile(name, model, threads, args.rounds, overrides, log, args.nests, args.log, chosen)

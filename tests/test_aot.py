@@ -29,7 +29,7 @@ SM = ("sm", "softmax", ["rows=7", "cols=33"])
 MM64 = ("mm64", "matmul", ["M=9", "N=11", "K=13", "dtype=float64"])
 KERNELS = (MM, SM, MM64)
 THREADS = 2
-ALLOWED_NEEDED = {"libc.so.6", "libm.so.6", "libgomp.so.1"}
+ALLOWED_NEEDED = {"libc.so.6", "libm.so.6", "libpthread.so.0"}
 
 
 @pytest.fixture(autouse=True)
@@ -100,12 +100,16 @@ def _metadata(path) -> dict:
 
 # ------------------------------------------------------------------ the library file
 
-def test_library_needs_only_libc_libm_libgomp(lib):
+def test_library_needs_only_libc_libm(lib):
     _, path = lib
     dyn = subprocess.run(["readelf", "-d", str(path)], capture_output=True, text=True, check=True).stdout
     needed = set(re.findall(r"\(NEEDED\)\s+Shared library: \[(.+?)\]", dyn))
     assert needed <= ALLOWED_NEEDED, f"unexpected dependencies: {needed - ALLOWED_NEEDED}"
-    assert "libgomp.so.1" in needed          # mm is parallel
+    assert "libgomp.so.1" not in needed      # mm is parallel: it runs on the library's own pool
+    exported = subprocess.run(["nm", "-D", "--defined-only", str(path)], capture_output=True, text=True,
+                              check=True).stdout
+    assert "tensortune_parallel_v1" not in exported and "tensortune_parallel_v1" in subprocess.run(
+        ["nm", str(path)], capture_output=True, text=True, check=True).stdout     # inside, hidden
     assert "RPATH" not in dyn and "RUNPATH" not in dyn
     ldd = subprocess.run(["ldd", str(path)], capture_output=True, text=True, check=True).stdout
     assert "not found" not in ldd
@@ -130,8 +134,8 @@ def test_header_declares_each_kernel_in_workload_order(lib):
     assert re.search(r"A\s+input\s+float32\s+\[64\]\[40\]", h) and re.search(r"C\s+output\s+float32\s+\[64\]\[48\]", h)
     assert re.search(r"A\s+input\s+float64\s+\[9\]\[13\]", h) and re.search(r"Y\s+output\s+float32\s+\[7\]\[33\]", h)
     assert "row-major" in h and "aligned" in h and "returns 1: allocating" in h
-    assert f"Parallel kernels run on libgomp threads: {THREADS}." in h
-    assert "Link with -L<folder> -lk" in h and "needs libc, libm and libgomp" in h
+    assert f"Parallel kernels run on the library's own thread pool: {THREADS} threads." in h
+    assert "Link with -L<folder> -lk" in h and "needs libc and libm" in h
 
 
 def test_metadata_function(lib):
@@ -287,7 +291,7 @@ def test_object_file_from_json_workloads_links_statically(tmp_path):
     assert _build_cli(str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--log", log, "-o", str(obj)) == 0
     assert obj.read_bytes()[:4] == b"\x7fELF" and (tmp_path / "libk.h").exists()
     (tmp_path / "main.c").write_text(_C_MAIN)
-    cmd = [cc, "-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror", "main.c", "libk.o", "-lgomp", "-lm",
+    cmd = [cc, "-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror", "main.c", "libk.o", "-lm", "-lpthread",
            "-o", "main"]
     _check_c_output(_compile_and_run(cmd, tmp_path / "main", tmp_path))
 
@@ -415,7 +419,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, message):
 def test_help_documents_the_forms(capsys):
     assert main(["build", "--help"]) == 0
     out = capsys.readouterr().out
-    for text in ("--workload", "FILE.json", "OUT.h", "tensortune_<LIB>_metadata", "--threads", "libgomp"):
+    for text in ("--workload", "FILE.json", "OUT.h", "tensortune_<LIB>_metadata", "--threads", "libc and libm"):
         assert text in out
 
 

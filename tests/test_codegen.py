@@ -14,6 +14,7 @@ from tensorir.target import Target
 from tensorir.runtime import Kernel, build, cache_info, clear_cache, compile_func, load_library
 from tensorir.codegen import CodegenError, codegen
 from tensorir.codegen.parallel import MIN_REGION_WORK, work
+from tensorir.codegen import pool
 import tensorir.codegen.parallel as parallel_codegen
 from tensorir.te.expr import Binary, BinOp, Cast, Select, Unary, UnOp, Var
 from tensorir.tir.ir import Allocate, IfThenElse, PrimFunc, Scope, seq
@@ -362,7 +363,7 @@ def test_register_tiled_matmul(outer, threads):
     # the 4x16 tile was promoted to registers (the trampoline's two affinity masks stay in memory:
     # system calls read them, spread.py)
     assert "alloca [" not in k.llvm_ir.replace("alloca [16 x i64]", "")
-    assert ("GOMP_parallel" in k.llvm_ir) == (outer is PARALLEL)
+    assert (pool.PARALLEL in k.llvm_ir) == (outer is PARALLEL)
 
 
 # ---------------------------------------------------------------- parallel + allocations
@@ -391,7 +392,7 @@ def test_nested_parallel_runs_serially_inside():
     a, out = rand((M, N)), np.zeros((M, N), np.float32)
     k = run(f, a, out, threads=2)
     np.testing.assert_array_equal(out, a + 1)
-    assert k.llvm_ir.count("call void @GOMP_parallel") == 1
+    assert k.llvm_ir.count(f"call void @{pool.PARALLEL}") == 1
 
 
 def test_consecutive_parallel_loops_share_one_region_with_a_barrier():
@@ -411,8 +412,8 @@ def test_consecutive_parallel_loops_share_one_region_with_a_barrier():
         k = run(f, a, b, cc, threads=threads)
         np.testing.assert_array_equal(b, a[::-1] * 3 - 1)
         np.testing.assert_array_equal(cc, b[::-1] + a * 3)
-    assert k.llvm_ir.count("call void @GOMP_parallel") == 1
-    assert "call void @GOMP_barrier" in k.llvm_ir   # (-O3 may duplicate the straight-line code)
+    assert k.llvm_ir.count(f"call void @{pool.PARALLEL}") == 1
+    assert f"call void @{pool.WAIT}" in k.llvm_ir   # (-O3 may duplicate the straight-line code)
 
 
 @pytest.mark.parametrize("guided", [True, False])
@@ -432,7 +433,8 @@ def test_parallel_iterations_run_once_each(guided, monkeypatch):
         out = np.ones((R, n, w), np.float32)
         k = run(f, a, out, threads=threads)
         np.testing.assert_array_equal(out, np.float32(1) + a * np.float32(2))
-    assert k.llvm_ir.count("call void @GOMP_parallel") == 1
+    # guided regions run on the pool, static blocks on libgomp (every thread must run)
+    assert k.llvm_ir.count(f"call void @{pool.PARALLEL if guided else 'GOMP_parallel'}") == 1
     assert ("cmpxchg" in k.llvm_ir) == guided
 
 
@@ -457,12 +459,12 @@ def test_small_parallel_loop_in_a_long_serial_loop_runs_serially():
     a, out = rand((M, N)), np.zeros((M, N), np.float32)
     k = run(f, a, out, threads=2)
     np.testing.assert_array_equal(out, a + 1)
-    assert "GOMP_parallel" not in k.llvm_ir
+    assert pool.PARALLEL not in k.llvm_ir
     # the same loop with enough work per region keeps its thread team
     f = PrimFunc("big_par", (A, B), loop(i, M, loop(j, N, st(B, (i, j), ld(A, i, j) * c(2.0))), PARALLEL))
     k = run(f, a, out, threads=2)
     np.testing.assert_array_equal(out, a * 2)
-    assert k.llvm_ir.count("call void @GOMP_parallel") == 1
+    assert k.llvm_ir.count(f"call void @{pool.PARALLEL}") == 1
 
 
 def test_region_work_counts_stores_of_every_loop_in_the_run():
@@ -472,8 +474,8 @@ def test_region_work_counts_stores_of_every_loop_in_the_run():
     one = loop(i, n, st(B, (i,), ld(A, i)), PARALLEL)
     two = loop(j, n, st(A, (j,), ld(B, j)), PARALLEL)
     assert work(one) == n and work(seq(one, two)) == 2 * n
-    assert "GOMP_parallel" not in str(codegen(prepared(PrimFunc("one", (A, B), one))))
-    assert "GOMP_parallel" in str(codegen(prepared(PrimFunc("two", (A, B), seq(one, two)))))
+    assert pool.PARALLEL not in str(codegen(prepared(PrimFunc("one", (A, B), one))))
+    assert pool.PARALLEL in str(codegen(prepared(PrimFunc("two", (A, B), seq(one, two)))))
 
 
 @pytest.mark.parametrize("scope,n", [(Scope.GLOBAL, 100), (Scope.LOCAL, 20000)])

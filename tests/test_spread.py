@@ -1,5 +1,6 @@
 """A team thread woken on its master's core moves off it and is left as free as it was
-(tensorir/codegen/spread.py, docs/decisions/075-workers-move-off-the-masters-core.md)."""
+(the pool's tt.spread in tensorir/codegen/pool.py; tensorir/codegen/spread.py on libgomp;
+docs/decisions/075-workers-move-off-the-masters-core.md)."""
 from __future__ import annotations
 
 import os
@@ -9,6 +10,7 @@ import time
 import numpy as np
 
 import tensorir.codegen.spread as spread
+from tensorir.codegen import pool
 from tensorir.runtime import clear_cache
 from tensorir.te.expr import Var
 from tensorir.tir.ir import PrimFunc
@@ -36,7 +38,9 @@ def test_workers_run_under_the_master_on_one_core_and_keep_their_masks():
     a = rand((64, 1024))
     out = np.zeros_like(a)
     k = run(_kernel_func(), a, out, threads=3)        # the team exists before the master is pinned
-    assert "call i32 @sched_setaffinity" in k.llvm_ir and "call i32 @sched_yield" in k.llvm_ir
+    assert f"call void @{pool.PARALLEL}" in k.llvm_ir
+    text = pool.pool_ir(shared=False)
+    assert "call i32 @sched_setaffinity" in text and "call i32 @sched_yield" in text
     before, mine = _masks(), os.sched_getaffinity(0)
     core = min(mine)
     os.sched_setaffinity(0, {core})        # this thread only: every worker it wakes may land here
@@ -87,5 +91,6 @@ def test_the_setting_off_leaves_no_affinity_calls(monkeypatch):
         k = run(_kernel_func("spread_off"), a, out, threads=2)
         np.testing.assert_allclose(out, a * 3 + 1, rtol=1e-6, atol=1e-6)
         assert "sched_" not in k.llvm_ir
+        assert "call void @tt.spread()" in pool.pool_ir(shared=False) and "call void @tt.spread()" not in pool.pool_ir(shared=False, spread=False)
     finally:
         clear_cache()

@@ -28,8 +28,8 @@ workload's order (inputs, then outputs), typed by dtype (float, double, int32_t)
 success. The header documents every tensor's shape and dtype, and declares
 const char *tensortune_<LIB>_metadata(void), a JSON string with the target CPU and features, the
 thread count, each kernel's schedule hash and the tensortune version (<LIB>: the file name
-without extension and 'lib' prefix). The library needs only libc, libm and, for parallel kernels,
-libgomp. The code is compiled for this machine's CPU, or for --target-cpu/--target-features
+without extension and 'lib' prefix). The library needs only libc and libm: parallel kernels run
+on a thread pool inside it (no libgomp). The code is compiled for this machine's CPU, or for --target-cpu/--target-features
 (tensortune's load_library refuses a library whose CPU features the host lacks)."""
 
 EPILOG = """\
@@ -73,7 +73,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    help="tuning log to take schedules from (repeatable; default: the per-user and shipped logs)")
     b.add_argument("--threads", type=int, default=0, metavar="T",
                    help="threads of parallel kernels, baked into the library; also the thread count whose "
-                        "tuning records are preferred (default 0: libgomp's default, OMP_NUM_THREADS or all cores)")
+                        "tuning records are preferred (default 0: OMP_NUM_THREADS if set, else all cores)")
     b.add_argument("--target-cpu", metavar="CPU", help="compile for this LLVM CPU instead of this machine's "
                    "(with --target-features; schedules are then looked up for that CPU)")
     b.add_argument("--target-features", metavar="FEATURES", help="the target CPU's complete LLVM feature string "

@@ -40,12 +40,12 @@ def add_parser(sub) -> None:
     g.add_argument("--passes", action="store_true", help="print the graph after each pass")
     c = sub.add_parser("compile", help="compile an ONNX model ahead of time: library, header, weights",
                        description="Write OUT.so (every kernel and model_init/model_run/model_free), OUT.h, "
-                       "OUT.weights and OUT.json (inputs and outputs); OUT.so needs only libc, libm, libgomp.")
+                       "OUT.weights and OUT.json (inputs and outputs); OUT.so needs only libc and libm.")
     c.add_argument("model", metavar="MODEL.onnx")
     c.add_argument("-o", "--output", required=True, metavar="OUT")
     _shape_arg(c)
     c.add_argument("--log", action="append", help="tuning log searched first (repeatable)")
-    c.add_argument("--threads", type=int, default=0, help="threads of the library's kernels (0: libgomp's default)")
+    c.add_argument("--threads", type=int, default=0, help="threads of the library's kernels (0: OMP_NUM_THREADS if set, else all cores)")
 
 
 def _shape_arg(p) -> None:

@@ -12,7 +12,7 @@ that way against 0.74-0.92x as a ratio of the two overall medians.
 
 Runtimes leave threads spinning after a call: on this machine (2 cores)
 OpenBLAS's worker thread kept burning CPU for about 110 ms after a 512^3 sgemm,
-libgomp's for under 10 ms after a parallel kernel.  A function timed right
+tensortune's pool for about 10 us after a parallel kernel.  A function timed right
 after the other side would share its cores with those spinning threads, so
 :func:`side_by_side` sleeps ``gap_s`` (default 0.2 s, about twice the
 OpenBLAS spin) every time it switches from one function to another.

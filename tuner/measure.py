@@ -35,8 +35,8 @@ How timings are protected from noise
   bandwidth).
 - **No other runtime's threads spinning.**  The numpy reference is computed
   in the parent before the workers start, so no OpenBLAS thread pool is busy
-  in the runner.  libgomp threads of a parallel kernel spin only briefly after
-  each call (measured: under 10 ms here); the link and the check run of the
+  in the runner.  The thread pool's workers spin only briefly after
+  each call (about 10 us, decision 052); the link and the check run of the
   next candidate come before its timing starts.
 - **Warm-up, then calibrated repeats.**  The first call, on outputs filled
   with NaN, is the correctness check and warms caches, page tables and the

@@ -1,6 +1,6 @@
 """How many threads a compiled model runs on: one when its whole work is smaller than waking a second.
 
-A libgomp worker that slept (between two calls, or after a pause) costs the caller its wake-up
+A pool worker that slept (between two calls, or after a pause) costs the caller its wake-up
 at the first parallel region of a call: the region's end waits for every team thread. On the
 virtual machines measured that is 35-100 us per call, more than a small model's whole work, so a
 one-conv model of 0.4 MFLOP ran 4-6x slower at 2 threads than at one; onnxruntime's pool, which

@@ -199,7 +199,7 @@ def compile_object(func):
     Returns
     -------
     (bytes, bool)
-        The object image and whether it calls libgomp.
+        The object image and whether it runs parallel regions (on the thread pool).
     """
     from tensorir.runtime import compile_module
     _, obj, uses_openmp = compile_module(func)

@@ -31,6 +31,7 @@ import itertools
 
 from llvmlite import ir
 
+from tensorir.codegen import pool
 from tensorir.codegen.function import FunctionGen, ident
 from tensorir.codegen.safety import emit_tables
 from tensorir.codegen.types import I32, PTR, VOID, CodegenError
@@ -61,7 +62,8 @@ def codegen(func: PrimFunc, target: Target | None = None, checked: bool = False)
         A module defining ``i32 @<func.name>(ptr, ..., ptr, i32 num_threads)`` (the status),
         its site table and failure record (:mod:`tensorir.codegen.safety`)
         plus internal outlined parallel bodies.  ``str()`` gives LLVM IR text.
-        ``module.uses_openmp`` tells whether it calls libgomp.
+        ``module.uses_openmp`` tells whether it runs parallel regions (on the pool of
+        :mod:`tensorir.codegen.pool`, or libgomp).
     """
     gen = ModuleGen(func.name, target or Target.host(), checked)
     fnty = ir.FunctionType(I32, [PTR] * len(func.params) + [I32])
@@ -79,7 +81,7 @@ def codegen(func: PrimFunc, target: Target | None = None, checked: bool = False)
     fg.num_threads = fn.args[-1]
     fg.emit_body(func.body)
     emit_tables(gen)
-    gen.module.uses_openmp = "GOMP_parallel" in gen.module.globals
+    gen.module.uses_openmp = "GOMP_parallel" in gen.module.globals or pool.PARALLEL in gen.module.globals
     return gen.module
 
 

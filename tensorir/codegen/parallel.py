@@ -1,7 +1,7 @@
 """Parallel loops: outlined into one worker per run of consecutive parallel loops,
-run on libgomp's thread team (``GOMP_parallel``), each loop's iterations handed out
-in shrinking chunks from a shared counter (guided), with ``GOMP_barrier`` between
-the loops.  A mixin of :class:`~tensorir.codegen.function.FunctionGen`.
+run on tensortune's thread pool (:mod:`tensorir.codegen.pool`), each loop's iterations
+handed out in shrinking chunks from a shared counter (guided); a loop starts once the
+previous loop's iterations are done.  A mixin of :class:`~tensorir.codegen.function.FunctionGen`.
 
 Guided rather than static blocks: a thread that starts late (woken from sleep, or
 sharing its core with another process) no longer holds the others up with a fixed
@@ -19,7 +19,7 @@ from llvmlite import ir
 
 from tensorir.te.expr import Var, children
 from tensorir.tir.ir import Allocate, For, IfThenElse, Load, Prefetch, Seq, Store, walk_stmts
-from tensorir.codegen import spread
+from tensorir.codegen import pool, spread
 from tensorir.codegen.types import I32, PTR, VOID
 
 # Stores one thread-team start must cover.  A team start costs ~2-20 us; at
@@ -31,6 +31,10 @@ MIN_REGION_WORK = 1 << 14
 MIN_CHUNK_WORK = 1 << 8
 # False: the static balanced blocks of decision 020 (kept for benchmarks/bench_parallel_schedule.py).
 GUIDED = True
+# Guided regions run on tensortune's own pool (pool.py); False: on libgomp (GOMP_parallel), the
+# A/B of docs/decisions/079-an-own-thread-pool-that-never-waits-for-a-late-worker.md. Static
+# blocks (GUIDED False) need every thread to run and stay on libgomp.
+POOL = True
 
 
 def work(stmt) -> int:
@@ -88,7 +92,7 @@ class ParallelRegions:
 
     def parallel(self, loops: list) -> None:
         """Outline parallel ``loops`` (consecutive statements) into one worker function
-        and run it on libgomp's thread team, with a barrier between the loops.
+        and run it on the thread pool (libgomp's team for the A/B settings), the loops apart.
 
         One region instead of one per loop saves a fork/join per call and a
         worker and trampoline function per loop (about 1.5 ms of machine code
@@ -108,63 +112,86 @@ class ParallelRegions:
         flag = self.region_status(loops)     # where a failing thread reports (None: cannot fail)
         if flag is not None:
             types, values = types + [PTR], values + [flag]
-        counters = []
+        counters, dones = [], []
         if GUIDED:                           # each loop's next unclaimed iteration, reset per call
             counters = [self.entry_alloca(I32, 64) for _ in loops]
             for c in counters:
                 self.b.store(ir.Constant(I32, 0), c)
             types, values = types + [PTR] * len(loops), values + counters
+        pooled = POOL and GUIDED
+        if pooled:                           # iterations finished per loop but the last (the join covers it)
+            dones = [self.entry_alloca(I32, 64) for _ in loops[:-1]]
+            for c in dones:
+                self.b.store(ir.Constant(I32, 0), c)
+            types, values = types + [PTR] * len(dones), values + dones
+        closure_types = list(types)
 
         # The worker's noalias pointer arguments keep the params' aliasing facts;
         # noinline because inlining it into the trampoline only costs compile time.
         name = self.mod.outlined_name()
-        worker = self.mod.internal_function(name + ".worker", types, "noinline")
+        worker = self.mod.internal_function(name + ".worker", types + ([I32] if pooled else []), "noinline")
         wg = type(self)(self.mod, worker, in_parallel=True)
         for arg, b in zip(worker.args, bufs):
             arg.add_attribute("noalias")
             wg.bufs[b] = arg
         wg.vars.update(zip(var_names, worker.args[len(bufs):]))
         wg.vars.update(consts)
+        first = len(types) - len(dones) - len(counters)        # the counters' first argument
         if flag is not None:
-            wg.status_flag = worker.args[len(types) - len(counters) - 1]
-        wg.emit_partitioned(loops, worker.args[len(types) - len(counters):] if counters else None)
+            wg.status_flag = worker.args[first - 1]
+        wg.emit_partitioned(loops, worker.args[first:first + len(counters)] if counters else None,
+                            worker.args[first + len(counters):len(types)], worker.args[-1] if pooled else None)
 
-        # GOMP_parallel runs void(ptr data) on every thread: unpack the closure (and, last,
-        # the master's core, which a worker woken on it moves off: spread.py).
-        closure_ty = ir.LiteralStructType(types + ([I32] if spread.SPREAD_WORKERS else []))
+        # The pool (GOMP_parallel) runs void(ptr data, i32 tid, i32 team) (void(ptr data)) on every
+        # thread: unpack the closure (and, last, the master's core, which a worker woken on it
+        # moves off: spread.py).
+        spreads = spread.SPREAD_WORKERS and not pooled       # the pool moves its own workers (pool.py)
+        closure_ty = ir.LiteralStructType(closure_types + ([I32] if spreads else []))
         # The trampoline is cold glue: optnone spares it the optimizer and
         # instruction selection proper (about a millisecond per function).
-        tramp = self.mod.internal_function(name, [PTR], "noinline", "optnone")
+        tramp = self.mod.internal_function(name, [PTR] + ([I32, I32] if pooled else []), "noinline", "optnone")
         tb = ir.IRBuilder(tramp.append_basic_block("entry"))
-        if spread.SPREAD_WORKERS:
-            spread.spread_call(self.mod, tb, tb.load(_field(tb, tramp.args[0], closure_ty, len(types)), typ=I32))
+        if spreads:
+            spread.spread_call(self.mod, tb, tb.load(_field(tb, tramp.args[0], closure_ty, len(closure_types)), typ=I32))
         tb.call(worker, [tb.load(_field(tb, tramp.args[0], closure_ty, i), typ=t)
-                         for i, t in enumerate(types)])
+                         for i, t in enumerate(closure_types)] + ([tramp.args[2]] if pooled else []))
         tb.ret_void()
         closure = self.entry_alloca(closure_ty, 8)
         for i, v in enumerate(values):
             self.b.store(v, _field(self.b, closure, closure_ty, i))
-        if spread.SPREAD_WORKERS:
-            self.b.store(spread.master_cpu(self.mod, self.b), _field(self.b, closure, closure_ty, len(types)))
-        gomp = self.mod.declare("GOMP_parallel", VOID, [PTR, PTR, I32, I32])
+        if spreads:
+            self.b.store(spread.master_cpu(self.mod, self.b), _field(self.b, closure, closure_ty, len(closure_types)))
         positive = self.b.icmp_signed(">", self.num_threads, ir.Constant(I32, 0))
         nthreads = self.b.select(positive, self.num_threads, ir.Constant(I32, 0))   # 0: default
-        self.b.call(gomp, [tramp, closure, nthreads, ir.Constant(I32, 0)])
+        if pooled:
+            self.b.call(self.mod.declare(pool.PARALLEL, VOID, [PTR, PTR, I32]), [tramp, closure, nthreads])
+        else:
+            gomp = self.mod.declare("GOMP_parallel", VOID, [PTR, PTR, I32, I32])
+            self.b.call(gomp, [tramp, closure, nthreads, ir.Constant(I32, 0)])
         self.region_done(flag)
 
-    def emit_partitioned(self, loops: list, counters=None) -> None:
+    def emit_partitioned(self, loops: list, counters=None, dones=(), team=None) -> None:
         """Worker body: for each loop, guided chunks claimed from its counter (``counters``:
-        one pointer per loop; None: this thread's static block of ``range(extent)``); all
-        threads meet at a barrier before the next loop."""
+        one pointer per loop; None: this thread's static block of ``range(extent)``). Between
+        loops, on the pool (``team``: the team size argument), a thread waits until the
+        previous loop's iterations are done (``dones``: one finished-iterations counter per
+        loop but the last); on libgomp all threads meet at a barrier."""
         b = self.b
-        tid = b.call(self.mod.declare("omp_get_thread_num", I32, []), [])
-        nt = b.call(self.mod.declare("omp_get_num_threads", I32, []), [])
+        if team is None:
+            tid = b.call(self.mod.declare("omp_get_thread_num", I32, []), [])
+            nt = b.call(self.mod.declare("omp_get_num_threads", I32, []), [])
+        else:
+            nt = team
         for n, s in enumerate(loops):
-            if n:
+            if n and team is not None:
+                flag = self.status_flag if self.status_flag is not None else ir.Constant(PTR, None)
+                wait = self.mod.declare(pool.WAIT, VOID, [PTR, I32, PTR])
+                self.b.call(wait, [dones[n - 1], ir.Constant(I32, loops[n - 1].extent), flag])
+            elif n:
                 self.b.call(self.mod.declare("GOMP_barrier", VOID, []), [])
             after = self.begin_partition(n)     # a failing thread resumes there (every thread meets every barrier)
             if counters is not None:
-                self.guided_loop(s, counters[n], nt)
+                self.guided_loop(s, counters[n], nt, dones[n] if team is not None and n < len(dones) else None)
                 self.end_partition(after)
                 continue
             b = self.b
@@ -178,7 +205,7 @@ class ParallelRegions:
             self.end_partition(after)
         self.b.ret_void()
 
-    def guided_loop(self, s, counter, nt) -> None:
+    def guided_loop(self, s, counter, nt, finished=None) -> None:
         """``s`` over chunks claimed from ``counter`` until none is left: each chunk is the
         unclaimed iterations / (2 x threads), at least enough for ``MIN_CHUNK_WORK`` stores, so
         chunks shrink towards the end and the threads finish together (OpenMP's guided schedule)."""
@@ -205,6 +232,8 @@ class ParallelRegions:
         b.position_at_end(run)
         self.serial_loop(s.var.name, cur, end, s.body, known_nonempty=True)
         b = self.b
+        if finished is not None:                      # count the chunk finished (after its stores)
+            b.call(self.mod.declare(pool.DONE, VOID, [PTR, I32, I32]), [finished, b.sub(end, cur), extent])
         again = b.load_atomic(counter, "monotonic", 4, typ=I32)
         cur.add_incoming(again, b.block)
         b.branch(grab)

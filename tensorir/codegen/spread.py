@@ -11,6 +11,10 @@ the master's time slice; a worker that finds itself on the master's core sets it
 to its own mask without that core (the kernel migrates it there and then) and restores the
 mask, so the thread is left unpinned. A worker whose mask holds no other core (a user's
 binding) stays where it is. docs/decisions/075-workers-move-off-the-masters-core.md
+
+This module emits it into regions that run on libgomp (the A/B settings of
+``parallel.POOL``); tensortune's own pool does the same in its worker loop (``tt.spread``
+in :mod:`tensorir.codegen.pool`), before the worker claims the region.
 """
 from __future__ import annotations
 

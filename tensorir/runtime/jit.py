@@ -1,4 +1,5 @@
-"""The JIT and the runtime libraries generated code links against (libgomp, libc)."""
+"""The JIT and the runtime libraries generated code links against (its thread pool, libc; libgomp
+for the A/B of parallel.POOL)."""
 from __future__ import annotations
 
 import ctypes
@@ -12,7 +13,8 @@ import sysconfig
 
 import llvmlite.binding as llvm
 
-from tensorir.runtime.llvm import LLVM_LOCK, initialize
+from tensorir.codegen import parallel, pool, spread
+from tensorir.runtime.llvm import LLVM_LOCK, emit_object, initialize, prepare_module
 
 _SYSTEM_LIBGOMP = "/usr/lib/x86_64-linux-gnu/libgomp.so.1"
 # Wheels that vendor a libgomp copy (auditwheel renames it libgomp-<hash>.so*).
@@ -140,14 +142,48 @@ def _jit() -> llvm.LLJIT:
     return _state["jit"]
 
 
+def pool_symbols() -> dict:
+    """Addresses of the thread pool's entry points (:mod:`tensorir.codegen.pool`), compiled into
+    the JIT once per process and kept for its lifetime (its workers run its code)."""
+    key = ("pool", spread.SPREAD_WORKERS, pool.YIELD_AFTER_POST)
+    with LLVM_LOCK:
+        if key not in _state:
+            mod = llvm.parse_assembly(pool.pool_ir(shared=False, spread=spread.SPREAD_WORKERS))
+            prepare_module(mod)
+            mod.verify()
+            builder = llvm.JITLibraryBuilder().add_object_img(emit_object(mod)).add_current_process()
+            for name in pool.SYMBOLS:
+                builder.export_symbol(name)
+            tracker = builder.link(_jit(), f"tensortune_pool_{next(_library_names)}")
+            _state[key] = (tracker, {n: tracker[n] for n in pool.SYMBOLS})
+        return _state[key][1]
+
+
+def pool_module() -> llvm.ModuleRef:
+    """A fresh module of the thread pool for an object or shared library (``linkonce_odr``
+    hidden entry points: one pool per library); ``link_in`` it where parallel kernels call it."""
+    with LLVM_LOCK:
+        mod = llvm.parse_assembly(pool.pool_ir(shared=True, spread=spread.SPREAD_WORKERS))
+        prepare_module(mod)
+        return mod
+
+
+def calls_pool(mod) -> bool:
+    """Whether the module (llvmlite.binding) calls the thread pool's entry points."""
+    return any(f.name in pool.SYMBOLS and f.is_declaration for f in mod.functions)
+
+
 def _runtime_symbols(need_omp: bool) -> dict:
-    key = ("symbols", need_omp)
+    on_gomp = not (parallel.POOL and parallel.GUIDED)      # the A/B settings that still call libgomp
+    key = ("symbols", need_omp, on_gomp, spread.SPREAD_WORKERS, pool.YIELD_AFTER_POST)
     if key not in _state:
         names = list(_LIBC_SYMBOLS)
-        if need_omp:
+        if need_omp and on_gomp:
             load_libgomp()
             names += _OMP_SYMBOLS
         addresses = {n: llvm.address_of_symbol(n) for n in names}
+        if need_omp:
+            addresses.update(pool_symbols())
         _state[key] = {n: a for n, a in addresses.items() if a}
     return _state[key]
 

@@ -12,11 +12,12 @@ import subprocess
 import tempfile
 import threading
 
+import llvmlite.binding as llvm_binding
 import numpy as np
 
 from tensorir.runtime import libinfo
 from tensorir.runtime import llvm as runtime
-from tensorir.runtime.jit import libgomp_path
+from tensorir.runtime.jit import calls_pool, libgomp_path, pool_module
 from tensorir.runtime.safety import SiteTable
 from tensorir.target import Target
 from tensorir.tir.ir import PrimFunc, Store, walk_stmts
@@ -48,8 +49,8 @@ class Kernel:
     C interface (object files and shared libraries): the kernel is
     ``int32_t <name>(void *p0, ..., void *pN, int32_t num_threads)``, one
     pointer per parameter in order (dense, row-major, C-contiguous, outputs
-    not overlapping any other argument; ``num_threads`` <= 0 means libgomp's
-    default).  It returns 0 on success, or k > 0: site k of the JSON table
+    not overlapping any other argument; ``num_threads`` <= 0 means
+    ``OMP_NUM_THREADS`` if set, else every core the process may use).  It returns 0 on success, or k > 0: site k of the JSON table
     exported as the NUL-terminated string ``<name>.tensortune_sites``
     (``{"checked": ..., "sites": [{"kind": "alloc", "buffer", "scope",
     "bytes", "shape", "dtype"} | {"kind": "load" | "store", "buffer", "shape"},
@@ -222,12 +223,20 @@ class Kernel:
 
         The object defines ``int32_t <name>(void *p0, ..., void *pN, int32_t num_threads)``,
         which returns a status (0: success; see the class docstring), and its
-        site table; parallel kernels need libgomp at link time.
+        site table; a parallel kernel's object carries the thread pool it runs on
+        (:mod:`tensorir.codegen.pool`; libc's pthreads at link time).
         """
         if self._object is None:
             raise RuntimeError(f"kernel '{self.name}' has no object code (loaded from a library)")
+        obj = self._object
+        if self.uses_openmp and self._module is not None:
+            with runtime.LLVM_LOCK:
+                if calls_pool(self._module):
+                    mod = llvm_binding.parse_assembly(str(self._module))
+                    mod.link_in(pool_module())
+                    obj = runtime.emit_object(mod)
         with open(path, "wb") as f:
-            f.write(self._object)
+            f.write(obj)
 
     def export_library(self, path) -> None:
         """Link the kernel into a shared library with the system C compiler.
@@ -244,9 +253,9 @@ class Kernel:
             raise ToolchainError("export_library needs a C compiler to link a shared library "
                                  "(none of cc, gcc, clang is on PATH); export_object() works "
                                  "without one")
-        libs = ["-lm"]
-        if self.uses_openmp:
-            gomp = libgomp_path()
+        libs = ["-lm", "-lpthread"]
+        if self.uses_openmp and not (self._module is not None and calls_pool(self._module)):
+            gomp = libgomp_path()         # a region on libgomp: the A/B settings of parallel.POOL
             libs = [gomp, f"-Wl,-rpath,{os.path.dirname(gomp)}"] + libs
         with tempfile.TemporaryDirectory() as tmp:
             obj = os.path.join(tmp, f"{self.name}.o")

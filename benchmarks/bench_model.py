@@ -190,11 +190,19 @@ def main(argv=None) -> int:
     p.add_argument("--space-ab", metavar="NAME=VALUE",
                    help="also time the model built with schedules.space.NAME (or package.module.NAME) = VALUE, "
                         "e.g. FEW_ROWS_TASK_COLUMNS=256 or graph.lower.layout.BLOCKS_FIT_ROWS=0")
+    p.add_argument("--set", metavar="NAME=VALUE", action="append", default=[],
+                   help="build every model (both sides of --space-ab) with package.module.NAME = VALUE, e.g. "
+                        "tuner.model_threads.SERIAL_MODEL_SECONDS=0 (repeatable)")
     p.add_argument("--out", help="also write the raw output to FILE")
     args = p.parse_args(argv)
     import llvmlite.binding as llvm
+    from start_setting import parse_setting
+    for text in args.set:
+        module, name, value = parse_setting(text, "bench_model")
+        setattr(module, name, value)
     log = open(args.out, "w") if args.out else sys.stdout
-    print(f"host {llvm.get_host_cpu_name()}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", file=log)
+    print(f"host {llvm.get_host_cpu_name()}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+          + "".join(f"; {t}" for t in args.set), file=log)
     rows = []
     for threads in [int(t) for t in args.threads.split(",")]:
         for name in args.models.split(","):

@@ -208,7 +208,9 @@ class ParallelRegions:
     def guided_loop(self, s, counter, nt, finished=None) -> None:
         """``s`` over chunks claimed from ``counter`` until none is left: each chunk is the
         unclaimed iterations / (2 x threads), at least enough for ``MIN_CHUNK_WORK`` stores, so
-        chunks shrink towards the end and the threads finish together (OpenMP's guided schedule)."""
+        chunks shrink towards the end and the threads finish together (OpenMP's guided schedule).
+        ``finished``: the loop's finished-iterations counter, to which the thread adds what it ran
+        once it finds no chunk left (one atomic per thread, after all its stores)."""
         b = self.b
         extent = ir.Constant(I32, s.extent)
         least = ir.Constant(I32, max(1, MIN_CHUNK_WORK // max(1, work(s.body))))
@@ -217,8 +219,9 @@ class ParallelRegions:
         first = b.load_atomic(counter, "monotonic", 4, typ=I32)
         b.branch(grab)
         b.position_at_end(grab)
-        cur = b.phi(I32)
+        cur, ran = b.phi(I32), b.phi(I32)
         cur.add_incoming(first, pre)
+        ran.add_incoming(ir.Constant(I32, 0), pre)
         b.cbranch(b.icmp_signed("<", cur, extent), claim, done)
         b.position_at_end(claim)
         share = b.udiv(b.sub(extent, cur), b.shl(nt, ir.Constant(I32, 1)))
@@ -228,13 +231,20 @@ class ParallelRegions:
         res = b.cmpxchg(counter, cur, end, "monotonic", "monotonic")
         seen, won = b.extract_value(res, 0), b.extract_value(res, 1)
         cur.add_incoming(seen, claim)                 # lost the race: retry from what the winner left
+        ran.add_incoming(ran, claim)
         b.cbranch(won, run, grab)
         b.position_at_end(run)
         self.serial_loop(s.var.name, cur, end, s.body, known_nonempty=True)
         b = self.b
-        if finished is not None:                      # count the chunk finished (after its stores)
-            b.call(self.mod.declare(pool.DONE, VOID, [PTR, I32, I32]), [finished, b.sub(end, cur), extent])
+        ran.add_incoming(b.add(ran, b.sub(end, cur)), b.block)
         again = b.load_atomic(counter, "monotonic", 4, typ=I32)
         cur.add_incoming(again, b.block)
         b.branch(grab)
         b.position_at_end(done)
+        if finished is not None:
+            report, after = self.block(f"{s.var.name}.report"), self.block(f"{s.var.name}.reported")
+            b.cbranch(b.icmp_signed(">", ran, ir.Constant(I32, 0)), report, after)
+            b.position_at_end(report)
+            b.call(self.mod.declare(pool.DONE, VOID, [PTR, I32, I32]), [finished, ran, extent])
+            b.branch(after)
+            b.position_at_end(after)

@@ -1,10 +1,10 @@
 """How many threads a compiled model runs on: one when its whole work is smaller than waking a second.
 
-A pool worker that slept (between two calls, or after a pause) costs the caller its wake-up
-at the first parallel region of a call: the region's end waits for every team thread. On the
-virtual machines measured that is 35-100 us per call, more than a small model's whole work, so a
-one-conv model of 0.4 MFLOP ran 4-6x slower at 2 threads than at one; onnxruntime's pool, which
-does not wait for a worker that has not started, ran it at its 1-thread speed. A model whose
+A worker that slept (between two calls, or after a pause) is woken at the first parallel region
+of a call. On libgomp the region's end waited for it, 35-100 us per call on the virtual machines
+measured, so a one-conv model of 0.4 MFLOP ran 4-6x slower at 2 threads than at one. The pool
+(decision 079) no longer waits for it, but the futex wake, the caller's yield and a late worker's
+last chunk still make 2 threads slower than one on 10 of 16 models estimated under 150 us. A model whose
 estimated one-thread time is below :data:`SERIAL_MODEL_SECONDS` therefore runs on one thread
 whatever thread count was asked for (``model.threads`` set afterwards still overrides it).
 docs/decisions/078-small-models-run-on-one-thread.md

@@ -112,28 +112,42 @@ out:
   ret i1 %sleeps
 }}
 
-; A worker: spin, then sleep, until its slot is posted; claim it, run it, report it done.
-define internal ptr @tt.worker(ptr %slot) {{
+; Spin, then sleep with %flag raised, until *%addr is %want; true if it slept.
+define internal i1 @tt.await(ptr %addr, i32 %want, ptr %flag) {{
 entry:
-  %wflag = getelementptr inbounds %slot, ptr %slot, i32 0, i32 3
-  %mflag = getelementptr inbounds %slot, ptr %slot, i32 0, i32 6
-  br label %idle
-idle:
-  %spins = phi i32 [ 0, %entry ], [ %spins1, %spin ], [ {spin}, %sleep ], [ %spins, %claim ], [ 0, %run ]
-  %s = load atomic i32, ptr %slot seq_cst, align 4
-  %posted = icmp eq i32 %s, 1
-  br i1 %posted, label %claim, label %wait
+  br label %check
+check:
+  %spins = phi i32 [ 0, %entry ], [ %spins1, %spin ], [ {spin}, %sleep ]
+  %slept = phi i1 [ false, %entry ], [ %slept, %spin ], [ true, %sleep ]
+  %s = load atomic i32, ptr %addr seq_cst, align 4
+  %hit = icmp eq i32 %s, %want
+  br i1 %hit, label %out, label %wait
 wait:
   %more = icmp ult i32 %spins, {spin}
   br i1 %more, label %spin, label %sleep
 spin:
   call void @llvm.x86.sse2.pause()
   %spins1 = add i32 %spins, 1
-  br label %idle
+  br label %check
 sleep:
-  call void @tt.sleep_flagged(ptr %slot, i32 %s, ptr %wflag)
-  {spread_call}
+  call void @tt.sleep_flagged(ptr %addr, i32 %s, ptr %flag)
+  br label %check
+out:
+  ret i1 %slept
+}}
+
+; A worker: wait until its slot is posted; claim it, run it, report it done.
+define internal ptr @tt.worker(ptr %slot) {{
+entry:
+  %wflag = getelementptr inbounds %slot, ptr %slot, i32 0, i32 3
+  %mflag = getelementptr inbounds %slot, ptr %slot, i32 0, i32 6
   br label %idle
+idle:
+  %slept = call i1 @tt.await(ptr %slot, i32 1, ptr %wflag)
+  br i1 %slept, label %woken, label %claim
+woken:
+  {spread_call}
+  br label %claim
 claim:
   %c = cmpxchg ptr %slot, i32 1, i32 2 seq_cst seq_cst
   %won = extractvalue {{ i32, i1 }} %c, 1
@@ -357,21 +371,9 @@ take:
   %revoked = extractvalue {{ i32, i1 }} %c, 1
   br i1 %revoked, label %joined, label %await
 await:
-  %spins = phi i32 [ 0, %take ], [ %spins1, %spin ], [ {spin}, %sleep ]
-  %s = load atomic i32, ptr %jslot seq_cst, align 4
-  %fin = icmp eq i32 %s, 3
-  br i1 %fin, label %reset, label %wait
-wait:
-  %again = icmp ult i32 %spins, {spin}
-  br i1 %again, label %spin, label %sleep
-spin:
-  call void @llvm.x86.sse2.pause()
-  %spins1 = add i32 %spins, 1
-  br label %await
-sleep:
   %mflag = getelementptr inbounds %slot, ptr %jslot, i32 0, i32 6
-  call void @tt.sleep_flagged(ptr %jslot, i32 %s, ptr %mflag)
-  br label %await
+  %x = call i1 @tt.await(ptr %jslot, i32 3, ptr %mflag)
+  br label %reset
 reset:
   store atomic i32 0, ptr %jslot seq_cst, align 4
   br label %joined

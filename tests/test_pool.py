@@ -5,6 +5,8 @@ docs/decisions/079-an-own-thread-pool-that-never-waits-for-a-late-worker.md"""
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import textwrap
 import threading
 import time
@@ -13,7 +15,7 @@ import numpy as np
 import pytest
 
 from tensorir.codegen import pool
-from tensorir.runtime import OutOfBoundsError, build
+from tensorir.runtime import OutOfBoundsError, build, load_library
 from tensorir.te.expr import Binary, BinOp, Const, Var
 from tensorir.tir.ir import Allocate, PrimFunc, Scope, seq
 
@@ -155,3 +157,22 @@ def test_thread_count_zero_takes_omp_num_threads(omp, workers):
         print(status, len(os.listdir("/proc/self/task")) - before)
     """))
     assert out.split() == ["0", str(workers)]
+
+
+@pytest.mark.skipif(not any(shutil.which(cc) for cc in ("cc", "gcc", "clang")), reason="no C compiler")
+def test_an_exported_parallel_kernel_carries_its_pool(tmp_path):
+    f = _three_loops("pool_export")
+    k = build(f)
+    path = tmp_path / "libpool_export.so"
+    k.export_library(path)
+    needed = subprocess.run(["readelf", "-d", str(path)], capture_output=True, text=True, check=True).stdout
+    assert "libgomp" not in needed
+    symbols = subprocess.run(["nm", str(path)], capture_output=True, text=True, check=True).stdout
+    assert pool.PARALLEL in symbols                         # inside the library, not imported
+    loaded = load_library(path, f)
+    a = rand((N,))
+    for threads in (1, 2, 3):
+        loaded.threads = threads
+        b, cc = np.zeros(N, np.float32), np.zeros(N, np.float32)
+        loaded(a, b, cc)
+        _check(a, b, cc)

@@ -22,7 +22,8 @@ kernel of one library shares one pool. Entry points:
   finished, or ``status`` (may be null) is non-zero (a thread failed).
 
 A second caller that finds the pool busy (another thread of the process in a region) runs
-its region alone; after ``fork`` the child starts new workers.
+its region alone; after ``fork`` the child starts new workers. x86-64 Linux only, as the rest
+of the code generator: the futex system call is number 202 and the spin uses ``pause``.
 """
 from __future__ import annotations
 

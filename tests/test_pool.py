@@ -108,7 +108,6 @@ def test_a_failing_thread_does_not_leave_the_others_waiting_for_its_loop():
     _check(a, b, cc)
 
 
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
 def test_a_forked_child_starts_its_own_workers():
     a = rand((N,))
     b, cc = np.zeros(N, np.float32), np.zeros(N, np.float32)

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from graph.ir import Graph, GraphError
-from tensorir.codegen import parallel
 from graph.runtime import CompiledModel
 
 C_TYPES = {"float32": "float", "float64": "double", "int32": "int32_t"}
@@ -124,7 +123,7 @@ def header_source(model: CompiledModel, name: str) -> str:
 def export_model(graph: Graph, out: str, log=None, threads: int = 0) -> Exported:
     """Compile ``graph`` and write ``out.so``, ``out.h``, ``out.weights`` and ``out.json``."""
     from tensorir.runtime import ToolchainError
-    from tensorir.runtime.aot import AotKernel, LibraryError, build_library, find_cc
+    from tensorir.runtime.aot import AotKernel, LibraryError, build_library, find_cc, gomp_flags
     from tuner.model_compile import compile_graph
     out = os.fspath(out)
     if out.endswith(".so"):
@@ -157,12 +156,12 @@ def export_model(graph: Graph, out: str, log=None, threads: int = 0) -> Exported
             with open(src, "w") as f:
                 f.write(driver_source(model, symbols, offsets, len(blob)))
             # the kernels' object carries their thread pool (pthreads: libc, or -lpthread before glibc 2.34)
-            libs = (["-lgomp"] if lib.metadata["uses_openmp"] and not parallel.POOL else []) + ["-lpthread"]
-            cmd = [cc, "-shared", "-fPIC", "-O2", "-o", f"{out}.so", src, obj, "-Wl,-z,noexecstack"] + libs + ["-lm"]
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-            if proc.returncode != 0 and "-lgomp" in cmd:
-                cmd[cmd.index("-lgomp")] = "-l:libgomp.so.1"
+            for gomp in gomp_flags(lib.metadata["uses_openmp"]):
+                cmd = [cc, "-shared", "-fPIC", "-O2", "-o", f"{out}.so", src, obj, "-Wl,-z,noexecstack",
+                       *gomp, "-lpthread", "-lm"]
                 proc = subprocess.run(cmd, capture_output=True, text=True)
+                if proc.returncode == 0:
+                    break
             if proc.returncode != 0:
                 last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
                 raise AotError(f"linking {out}.so failed: {last}")

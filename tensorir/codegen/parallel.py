@@ -124,7 +124,6 @@ class ParallelRegions:
             for c in dones:
                 self.b.store(ir.Constant(I32, 0), c)
             types, values = types + [PTR] * len(dones), values + dones
-        closure_types = list(types)
 
         # The worker's noalias pointer arguments keep the params' aliasing facts;
         # noinline because inlining it into the trampoline only costs compile time.
@@ -146,21 +145,21 @@ class ParallelRegions:
         # thread: unpack the closure (and, last, the master's core, which a worker woken on it
         # moves off: spread.py).
         spreads = spread.SPREAD_WORKERS and not pooled       # the pool moves its own workers (pool.py)
-        closure_ty = ir.LiteralStructType(closure_types + ([I32] if spreads else []))
+        closure_ty = ir.LiteralStructType(types + ([I32] if spreads else []))
         # The trampoline is cold glue: optnone spares it the optimizer and
         # instruction selection proper (about a millisecond per function).
         tramp = self.mod.internal_function(name, [PTR] + ([I32, I32] if pooled else []), "noinline", "optnone")
         tb = ir.IRBuilder(tramp.append_basic_block("entry"))
         if spreads:
-            spread.spread_call(self.mod, tb, tb.load(_field(tb, tramp.args[0], closure_ty, len(closure_types)), typ=I32))
+            spread.spread_call(self.mod, tb, tb.load(_field(tb, tramp.args[0], closure_ty, len(types)), typ=I32))
         tb.call(worker, [tb.load(_field(tb, tramp.args[0], closure_ty, i), typ=t)
-                         for i, t in enumerate(closure_types)] + ([tramp.args[2]] if pooled else []))
+                         for i, t in enumerate(types)] + ([tramp.args[2]] if pooled else []))
         tb.ret_void()
         closure = self.entry_alloca(closure_ty, 8)
         for i, v in enumerate(values):
             self.b.store(v, _field(self.b, closure, closure_ty, i))
         if spreads:
-            self.b.store(spread.master_cpu(self.mod, self.b), _field(self.b, closure, closure_ty, len(closure_types)))
+            self.b.store(spread.master_cpu(self.mod, self.b), _field(self.b, closure, closure_ty, len(types)))
         positive = self.b.icmp_signed(">", self.num_threads, ir.Constant(I32, 0))
         nthreads = self.b.select(positive, self.num_threads, ir.Constant(I32, 0))   # 0: default
         if pooled:

@@ -299,17 +299,25 @@ def find_cc() -> str:
     return cc
 
 
+def gomp_flags(uses_openmp: bool) -> list:
+    """The link flags to try in turn for libgomp: none when the kernels run on their own thread pool
+    (only the A/B settings of ``parallel.POOL`` call libgomp); ``-l:libgomp.so.1`` finds the runtime
+    library when the compiler has no libgomp.so of its own."""
+    if not uses_openmp or parallel.POOL:
+        return [[]]
+    return [["-lgomp"], ["-l:libgomp.so.1"]]
+
+
 def _link(cc: str, path: str, obj: bytes, uses_openmp: bool) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         src = os.path.join(tmp, "kernels.o")
         _write(src, obj)
         out = os.path.join(tmp, os.path.basename(path))
         # the library carries its thread pool: it needs nothing but libc and libm from the system
-        # (-lpthread for a glibc older than 2.34); libgomp only for the A/B settings of parallel.POOL
+        # (-lpthread for a glibc older than 2.34)
         base = [cc, "-shared", "-o", out, src, f"-Wl,-soname,{os.path.basename(path)}", "-Wl,-z,noexecstack",
                 "-Wl,--no-undefined"]
-        # -l:libgomp.so.1 finds the runtime library when the compiler has no libgomp.so of its own
-        for gomp in (["-lgomp"], ["-l:libgomp.so.1"]) if uses_openmp and not parallel.POOL else ([],):
+        for gomp in gomp_flags(uses_openmp):
             cmd = base + gomp + ["-lm", "-lpthread"]
             proc = subprocess.run(cmd, capture_output=True, text=True)
             if proc.returncode == 0:

@@ -130,6 +130,7 @@ def test_int64_and_bool_values_and_an_output_that_is_an_input():
     ({}, r"model m: input 'x' is missing \(expected float32\[2, 3\]\)"),
     ({"x": np.zeros((3, 2), "float32")}, r"model m: input 'x' has shape \(3, 2\), expected \(2, 3\)"),
     ({"x": np.zeros((2, 3), "float64")}, r"model m: input 'x' has dtype float64, expected float32"),
+    ({"x": np.zeros((2, 3), "float32"), "y": 1}, r"model m: no input named 'y'; inputs: x"),
 ])
 def test_wrong_inputs_are_one_line_errors(feeds, match):
     b = GraphBuilder("m")
@@ -139,6 +140,22 @@ def test_wrong_inputs_are_one_line_errors(feeds, match):
         model.run(feeds)
     with pytest.raises(ModelInputError, match="takes 1 input"):
         model(np.zeros((2, 3), "float32"), np.zeros(1))
+
+
+@pytest.mark.parametrize("make", [
+    lambda a: np.frombuffer(a.tobytes(), "float32").reshape(a.shape),   # read-only
+    lambda a: np.repeat(a, 2, axis=1)[:, ::2],              # strided
+    lambda a: a.astype(">f4"),                              # float32, other byte order
+    lambda a: np.asfortranarray(a),                         # not C-contiguous
+    lambda a: a.view(np.matrix),                            # an ndarray subclass
+], ids=["read-only", "strided", "big-endian", "fortran", "subclass"])
+def test_inputs_other_than_plain_arrays_give_the_same_outputs(make):
+    b = GraphBuilder("m")
+    g = b.build([b.op("Tanh", [b.input("x", (2, 3))])])
+    model, x = compile_model(g), RNG.standard_normal((2, 3)).astype("float32")
+    want = model.run({"x": x})[g.outputs[0]]
+    np.testing.assert_allclose(want, np.tanh(x), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(model.run({"x": make(x)})[g.outputs[0]], want)
 
 
 def test_runtime_imports_nothing_of_the_compiler():

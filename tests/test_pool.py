@@ -57,6 +57,20 @@ def test_regions_after_idle_pauses_wait_for_each_loop_not_for_each_thread():
         _check(a, b, cc)
 
 
+def test_idle_workers_give_up_the_core_soon_after_a_region():
+    # A worker spins a little after each region (the next one often follows at once), then sleeps:
+    # an idle model must not keep the other core busy.
+    a = rand((N,))
+    b, cc = np.zeros(N, np.float32), np.zeros(N, np.float32)
+    k = run(_three_loops("pool_idle"), a, b, cc, threads=2)
+    for _ in range(20):
+        k(a, b, cc)
+    _check(a, b, cc)
+    cpu0 = time.process_time()
+    time.sleep(0.5)
+    assert time.process_time() - cpu0 < 0.15
+
+
 def test_two_callers_at_once_each_get_their_own_results():
     # The second caller finds the pool busy and runs its region alone.
     kernels = [build(_three_loops(f"pool_caller{t}")) for t in range(2)]

@@ -32,9 +32,14 @@ DONE = "tensortune_done_v1"
 WAIT = "tensortune_wait_v1"
 SYMBOLS = (PARALLEL, DONE, WAIT)
 
-# Pauses an idle worker (or a waiting thread) spins before it sleeps: about 8 us on Zen 4,
-# as libgomp's spin of docs/decisions/052-openmp-threads-spin-briefly-then-sleep.md.
+# Pauses a caller waiting for a worker that claimed its post spins before it sleeps: about 8 us
+# on Zen 4 (docs/decisions/052-openmp-threads-spin-briefly-then-sleep.md).
 SPIN_COUNT = 300
+# Pauses an idle worker spins before it sleeps (about 80 us on Zen 4: back-to-back calls of a small
+# model find it awake), yielding its core every YIELD_EVERY of them (a power of two), so that beside
+# other work it gives the core up. docs/decisions/080-idle-workers-spin-longer-and-yield.md
+IDLE_SPIN_COUNT = 3000
+YIELD_EVERY = 64
 # The caller yields once after posting to a sleeping worker, so that the worker, if woken behind it
 # on its core, runs (and moves off) at once rather than after the caller's time slice (decision 075).
 YIELD_AFTER_POST = True
@@ -113,22 +118,31 @@ out:
   ret i1 %sleeps
 }}
 
-; Spin, then sleep with %flag raised, until *%addr is %want; true if it slept.
-define internal i1 @tt.await(ptr %addr, i32 %want, ptr %flag) {{
+; Spin up to %limit pauses (yielding the core every {yield_every} of them if %yields), then sleep with
+; %flag raised, until *%addr is %want; true if it slept.
+define internal i1 @tt.await(ptr %addr, i32 %want, ptr %flag, i32 %limit, i1 %yields) {{
 entry:
   br label %check
 check:
-  %spins = phi i32 [ 0, %entry ], [ %spins1, %spin ], [ {spin}, %sleep ]
-  %slept = phi i1 [ false, %entry ], [ %slept, %spin ], [ true, %sleep ]
+  %spins = phi i32 [ 0, %entry ], [ %spins1, %spin ], [ %spins1, %yield ], [ %limit, %sleep ]
+  %slept = phi i1 [ false, %entry ], [ %slept, %spin ], [ %slept, %yield ], [ true, %sleep ]
   %s = load atomic i32, ptr %addr seq_cst, align 4
   %hit = icmp eq i32 %s, %want
   br i1 %hit, label %out, label %wait
 wait:
-  %more = icmp ult i32 %spins, {spin}
-  br i1 %more, label %spin, label %sleep
-spin:
+  %more = icmp ult i32 %spins, %limit
+  br i1 %more, label %pause, label %sleep
+pause:
   call void @llvm.x86.sse2.pause()
   %spins1 = add i32 %spins, 1
+  %low = and i32 %spins1, {yield_mask}
+  %tick = icmp eq i32 %low, 0
+  %y = and i1 %tick, %yields
+  br i1 %y, label %yield, label %spin
+spin:
+  br label %check
+yield:
+  %yr = call i32 @sched_yield()
   br label %check
 sleep:
   call void @tt.sleep_flagged(ptr %addr, i32 %s, ptr %flag)
@@ -144,9 +158,7 @@ entry:
   %mflag = getelementptr inbounds %slot, ptr %slot, i32 0, i32 6
   br label %idle
 idle:
-  %slept = call i1 @tt.await(ptr %slot, i32 1, ptr %wflag)
-  br i1 %slept, label %woken, label %claim
-woken:
+  %slept = call i1 @tt.await(ptr %slot, i32 1, ptr %wflag, i32 {idle_spin}, i1 true)
   {spread_call}
   br label %claim
 claim:
@@ -168,7 +180,7 @@ run:
   br label %idle
 }}
 
-; A worker woken on the core of the thread that posted to it moves off that core before it
+; A worker about to claim a post made from its own core (woken there, or spinning there) moves off that core before it
 ; claims (the kernel migrates it at once) and leaves its mask as it was; a worker whose mask
 ; holds no other core stays. docs/decisions/075-workers-move-off-the-masters-core.md
 define internal void @tt.spread() {{
@@ -373,7 +385,7 @@ take:
   br i1 %revoked, label %joined, label %await
 await:
   %mflag = getelementptr inbounds %slot, ptr %jslot, i32 0, i32 6
-  %x = call i1 @tt.await(ptr %jslot, i32 3, ptr %mflag)
+  %x = call i1 @tt.await(ptr %jslot, i32 3, ptr %mflag, i32 {spin}, i1 false)
   br label %reset
 reset:
   store atomic i32 0, ptr %jslot seq_cst, align 4
@@ -449,5 +461,6 @@ def pool_ir(shared: bool, spread: bool = True, yield_after_post: bool | None = N
                               if spread else ""),
                       yield_=("br i1 %woke, label %yield1, label %work\n"
                               "yield1:\n  %y = call i32 @sched_yield()\n  br label %work\nwork:" if spread and yield_after_post else ""),
-                      wait=WAIT, spin=SPIN_COUNT, max_workers=MAX_WORKERS, max_team=MAX_WORKERS + 1,
+                      wait=WAIT, spin=SPIN_COUNT, idle_spin=IDLE_SPIN_COUNT,
+                      yield_every=YIELD_EVERY, yield_mask=YIELD_EVERY - 1, max_workers=MAX_WORKERS, max_team=MAX_WORKERS + 1,
                       wait_ns=WAIT_CHECK_NS, slots_bytes=64 * MAX_WORKERS)

@@ -4,7 +4,9 @@ A worker that slept (between two calls, or after a pause) is woken at the first 
 of a call. On libgomp the region's end waited for it, 35-100 us per call on the virtual machines
 measured, so a one-conv model of 0.4 MFLOP ran 4-6x slower at 2 threads than at one. The pool
 (decision 079) no longer waits for it, but the futex wake, the caller's yield and a late worker's
-last chunk still make 2 threads slower than one on 10 of 16 models estimated under 150 us. A model whose
+last chunk still make 2 threads slower than one on models estimated under 150 us called after an
+idle pause (0.72x-0.98x; called back to back, the worker spins between calls and 2 threads win:
+decision 080). A model whose
 estimated one-thread time is below :data:`SERIAL_MODEL_SECONDS` therefore runs on one thread
 whatever thread count was asked for (``model.threads`` set afterwards still overrides it).
 docs/decisions/078-small-models-run-on-one-thread.md

@@ -180,9 +180,9 @@ run:
   br label %idle
 }}
 
-; A worker about to claim a post made from its own core (woken there, or spinning there) moves off that core before it
-; claims (the kernel migrates it at once) and leaves its mask as it was; a worker whose mask
-; holds no other core stays. docs/decisions/075-workers-move-off-the-masters-core.md
+; A worker about to claim a post made from its own core (woken or spinning there) moves off that
+; core before it claims (the kernel migrates it at once) and leaves its mask as it was; a worker
+; whose mask holds no other core stays. docs/decisions/075-workers-move-off-the-masters-core.md
 define internal void @tt.spread() {{
 entry:
   %orig = alloca [16 x i64], align 8
@@ -450,6 +450,8 @@ def pool_ir(shared: bool, spread: bool = True, yield_after_post: bool | None = N
     :data:`YIELD_AFTER_POST`): the poster then yields once, if it woke a sleeping worker."""
     if yield_after_post is None:
         yield_after_post = YIELD_AFTER_POST
+    if YIELD_EVERY < 1 or YIELD_EVERY & (YIELD_EVERY - 1):
+        raise ValueError(f"pool.YIELD_EVERY must be a power of two, got {YIELD_EVERY}")
     # pthread_atfork ties the handler to the library (glibc unregisters it at dlclose); the
     # JIT cannot link it (libc_nonshared.a), so it registers through glibc's exported name.
     atfork = (("pthread_atfork(ptr, ptr, ptr)", "pthread_atfork(ptr null, ptr null, ptr @tt.forked)") if shared else

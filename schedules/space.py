@@ -61,10 +61,32 @@ FEW_ROWS_OPERAND = 1 << 17
 FEW_ROWS_TASK_COLUMNS = 64
 # False: the start packs no input whose panel is its own layout (why: docs/decisions/065-no-pack-of-a-whole-panel.md)
 PACK_WHOLE_PANELS = False
+# A row-major 1x1 conv on its plane as one row starts as a matrix product over its positions (R3, the
+# positions the vector axis) unless its positions fill their vectors worse than its output channels fill
+# theirs by more than this (-1: always blocked, 1: always positions); why:
+# docs/decisions/081-row-major-pointwise-convs-are-products-over-positions.md
+POSITIONS_FILL_MARGIN = 0.0
 MAX_UNROLLED_BODY = 64   # vector FMAs (tile rows x vectors per row x inner reduce iterations) unrolled
 
 
 # ----------------------------------------------------------------- the space
+
+def _row_axis(st, spatial: list, ext: dict):
+    """The register tile's row axis: the spatial axis before the vector axis, or where that one is a
+    single iteration, the nearest before it along which some operand read with the vector axis is reused
+    (a 1x1 conv on its plane as one row, (n, k, 1, p*q): the output channels), else None."""
+    if len(spatial) < 2:
+        return None
+    vec = st.root_vars[spatial[-1].split(".", 1)[1]]
+    vector_reads = [r for r in st.reads() if any(mentions(i, vec) for i in r.indices)]
+    for lp in reversed(spatial[:-1]):
+        if ext[lp] > 1:
+            var = st.root_vars[lp.split(".", 1)[1]]
+            if lp == spatial[-2] or any(not any(mentions(i, var) for i in r.indices) for r in vector_reads):
+                return lp
+            break
+    return spatial[-2]
+
 
 @dataclass(frozen=True)
 class SpaceOptions:
@@ -133,7 +155,7 @@ class GeneratedSpace:
         # is.  [False, True]: records written before this choice replay as before; the heuristic blocks.
         convs = {}
         for n, c in find_convs(g).items():
-            src.hint(f"{n}.blocked", True)
+            src.hint(f"{n}.blocked", not self._positions_first(c, g.stage(n).dtype))
             if src.choose(f"{n}.blocked", [False, True]):
                 convs[n] = c
         pads = {c.pad_stage for c in convs.values()}
@@ -212,15 +234,15 @@ class GeneratedSpace:
         reduce = [f"{name}.{n}" for n in st.root if st.loops[n].kind is AxisKind.REDUCE]
         ext = {lp: s.extent(lp) for lp in spatial + reduce}
         vec_axis = spatial[-1]
+        row_axis = _row_axis(st, spatial, ext)
         # register tile: the vector axis first, then the others within the register budget
         lanes = self.lanes(st.dtype)
         # heuristic start: why: docs/decisions/010-matmul-register-tile.md, 027, 038, 040
-        vectors, rows = register_tile(self.registers, ext[vec_axis], lanes,
-                                      ext[spatial[-2]] if len(spatial) > 1 else 0)
+        vectors, rows = register_tile(self.registers, ext[vec_axis], lanes, ext[row_axis] if row_axis else 0)
         src.hint(f"{vec_axis}.t3", vectors * lanes)
-        if len(spatial) > 1:
-            src.hint(f"{spatial[-2]}.t3", rows)
-            hint_k_blocks(src, self.registers, spatial[-2], vec_axis, reduce, ext, lanes)
+        if row_axis:
+            src.hint(f"{row_axis}.t3", rows)
+            hint_k_blocks(src, self.registers, row_axis, vec_axis, reduce, ext, lanes)
         t3 = {vec_axis: src.choose(f"{vec_axis}.t3", self.vector_choices(ext[vec_axis], st.dtype))}
         vectors = max(1, -(-t3[vec_axis] // lanes))
         budget = (self.registers - vectors - 1) // vectors   # accumulators + one row of B + a broadcast
@@ -287,8 +309,8 @@ class GeneratedSpace:
         # [False, True]: records written before this choice replay as before.
         # why: docs/decisions/014-row-operand-pack.md
         row_packs = []
-        if len(spatial) > 1 and t3[spatial[-2]] > 1:
-            row = spatial[-2]
+        if row_axis and t3[row_axis] > 1:
+            row = row_axis
             vec_var = st.root_vars[vec_axis.split(".", 1)[1]]
             for tensor, dim in _packable(st, row.split(".", 1)[1]):
                 tname = s._state.name_of(tensor)
@@ -357,6 +379,18 @@ class GeneratedSpace:
         for p in packs if rd1 else ():
             s = prefetch_decision(src, f"{st.name}.prefetch_{panels[p]}", s, p, rd1[-1], PANEL_DISTANCE)
         return s
+
+    def _positions_first(self, c, dtype: str) -> bool:
+        """Whether conv ``c`` (a :class:`ConvInfo`) starts as a matrix product over its output positions:
+        a row-major 1x1 stride-1 conv on its plane as one row (graph/lower/flat.py) whose positions fill
+        their vectors about as well as its output channels would (:data:`POSITIONS_FILL_MARGIN`)."""
+        if c.blocked or c.depthwise or c.weights is None or c.R * c.S != 1 or c.stride != 1 or c.P != 1:
+            return False
+        lanes = self.lanes(dtype)
+
+        def fill(n):
+            return n / (-(-n // lanes) * lanes)
+        return fill(c.Q) >= fill(c.K) - POSITIONS_FILL_MARGIN
 
     def _balance(self, n: int, width: int) -> float:
         """Share of the busiest core's time that is useful when ``n`` columns are cut into tasks of

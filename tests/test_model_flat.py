@@ -81,3 +81,65 @@ def test_a_flattened_model_as_a_library_matches_onnxruntime(tmp_path):
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     got = np.load(tmp_path / "out.npz")[model.graph.output[0].name]
     assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max()
+
+
+def _one_pointwise(c, k, h, w, batch=1):
+    """One 1x1 conv (biased) and its Relu, from the graph's input to its output: row-major on both sides."""
+    n = Net([batch, c, h, w])
+    return n.model([n.op("Relu", [n.conv("x", c, k, 1)])])
+
+
+def _starts(model) -> dict:
+    """Conv group label -> its kernel's heuristic start (the decisions of the generated space)."""
+    from schedules.space import GeneratedSpace
+    plan = plan_graph(load(model))
+    return {"+".join(nd.op for nd in g.nodes): GeneratedSpace(list(lw.tensors)).default_decisions()
+            for g, lw in zip(plan.groups, plan.lowered) if any(nd.op == "Conv" for nd in g.nodes)}
+
+
+def test_a_row_major_pointwise_conv_runs_its_plane_as_one_row_at_any_width():
+    # from the graph's input to its output the conv is row-major (NCHW): as one row its positions are the
+    # contiguous axis of a matrix product, whatever the row's width (blocked convs keep wide rows)
+    assert _planes(_one_pointwise(17, 33, 19, 19)) == {"Conv+Relu": (1, 361)}
+    assert _planes(_one_pointwise(64, 128, 40, 40)) == {"Conv+Relu": (1, 1600)}
+    assert _planes(_one_pointwise(16, 16, 40, 40, batch=2)) == {"Conv+Relu": (1, 1600)}
+
+
+def test_a_row_major_pointwise_conv_starts_over_its_positions_where_they_fill_the_vectors():
+    start = _starts(_one_pointwise(17, 33, 19, 19))["Conv+Relu"]
+    # 361 positions fill their vectors better than 33 channels: a product over the positions (the vector
+    # axis, last) with a register tile of several output channels (rows), not one
+    blocked = [v for d, v in start.items() if d.endswith(".blocked")]
+    assert blocked == [False]
+    rows = [v for d, v in start.items() if d.endswith(".i1.t3")]
+    assert rows and rows[0] > 1, start
+    # 49 positions (7x7) fill their vectors worse than 960 channels: blocked, vectors of output channels
+    start = _starts(_one_pointwise(160, 960, 7, 7))["Conv+Relu"]
+    assert [v for d, v in start.items() if d.endswith(".blocked")] == [True]
+
+
+@pytest.mark.parametrize("c, k, h, w", [(17, 33, 19, 19), (3, 16, 9, 13), (40, 24, 13, 13), (32, 64, 12, 12)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_row_major_pointwise_models_match_onnxruntime(c, k, h, w, threads):
+    _check(_one_pointwise(c, k, h, w), threads=threads)
+
+
+@pytest.mark.parametrize("blocked", [False, True])
+def test_both_forms_of_a_row_major_pointwise_conv_compute_it(blocked):
+    # the tuner may take either form: each must compute the conv (against numpy)
+    from schedules.decisions import FixedDecisions
+    from schedules.space import GeneratedSpace
+    from tensorir.runtime import build
+    plan = plan_graph(load(_one_pointwise(20, 36, 11, 9)))
+    (lw,) = plan.lowered
+    space = GeneratedSpace(list(lw.tensors))
+    name = next(d for d in space.default_decisions() if d.endswith(".blocked"))
+    decisions = space.default_decisions({name: blocked})
+    assert decisions[name] is blocked
+    kernel = build(space.apply(FixedDecisions(decisions)).lower())
+    rng = np.random.default_rng(3)
+    x, wt, b = (rng.standard_normal(t.shape).astype(np.float32) for t in lw.tensors[:3])
+    out = np.empty(lw.tensors[3].shape, np.float32)
+    kernel(x, wt, b, out)
+    want = np.maximum(np.einsum("kc,ncp->nkp", wt.reshape(36, 20), x.reshape(1, 20, -1)) + b[:, None], 0)
+    assert np.abs(out.reshape(want.shape) - want).max() <= 1e-4 * np.abs(want).max()

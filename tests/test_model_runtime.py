@@ -158,6 +158,20 @@ def test_inputs_other_than_plain_arrays_give_the_same_outputs(make):
     np.testing.assert_array_equal(model.run({"x": make(x)})[g.outputs[0]], want)
 
 
+@pytest.mark.parametrize("make", [
+    lambda: np.empty((3, 4), np.float32),
+    lambda: np.arange(40, dtype=np.float64).reshape(5, 8)[1:, 2:],    # a view into another array's data
+    lambda: np.zeros((2, 3), np.int32).view(np.matrix),
+    lambda: np.full((), 2.0, np.float32),                             # 0-d
+    lambda: np.empty(0, np.float32),
+], ids=["fresh", "view", "subclass", "0-d", "empty"])
+def test_the_runtime_reads_an_arrays_data_address(make):
+    # a run hands the kernels its arrays' addresses (read past ndarray.ctypes, which costs 1 us a call)
+    from graph.runtime.model import _address
+    a = make()
+    assert _address(a) == a.ctypes.data
+
+
 def test_runtime_imports_nothing_of_the_compiler():
     code = ("import sys, graph.runtime; bad = [m for m in sys.modules if m.split('.')[0] in "
             "('tensorir', 'schedules', 'cost_model', 'logs', 'tuner', 'llvmlite') or m in ('graph.ir', "

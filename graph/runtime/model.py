@@ -15,6 +15,7 @@ call (a one-conv model on a 299x299 image: 1.18x at 1 thread, 1.34x at 2).
 """
 from __future__ import annotations
 
+import ctypes
 import threading
 import time
 from dataclasses import dataclass
@@ -27,6 +28,22 @@ from graph.runtime.plan import MemoryPlan, plan_memory
 # False: every run copies its inputs into the model's buffers and its outputs out of them (the A/B of
 # benchmarks/bench_model.py --space-ab graph.runtime.model.DIRECT_IO=False); read when a model is made.
 DIRECT_IO = True
+
+
+def _data_reader():
+    """A function array -> the address of its first element. ``ndarray.ctypes.data`` builds a ctypes
+    object per call (about 1 us, a tenth of a tiny model's run); the address is the struct's field
+    after the object header (numpy's ``PyArrayObject_fields.data``), read directly where a probe
+    shows it there, else through ``ctypes.data``."""
+    at = ctypes.c_void_p.from_address
+    header = object.__basicsize__
+    probes = [np.empty(3, np.float32), np.empty((2, 5), np.float64)[:, 1:]]
+    if all(at(id(a) + header).value == a.ctypes.data for a in probes):
+        return lambda a: at(id(a) + header).value
+    return lambda a: a.ctypes.data
+
+
+_address = _data_reader()
 
 
 class ModelInputError(ValueError):
@@ -282,7 +299,7 @@ class CompiledModel:
         return out
 
     def _point(self, b: int, array, moved: list) -> None:
-        ptr = array.ctypes.data
+        ptr = _address(array)
         for ptrs, j in self._slots[b]:
             ptrs[j] = ptr
         moved.append(b)

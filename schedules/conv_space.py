@@ -57,6 +57,7 @@ SMALL_BLOCK_WEIGHTS = 2   # a 1x1's task weights, in LOCAL_VALUES, up to which b
 CONV_PREFETCH = PANEL_DISTANCE   # bytes ahead the start prefetches a packed weight block (0: none)
 AVX2_1X1_NO_PREFETCH = True      # ... but not a 1x1's whose tasks keep the reduction in the tile, with 16 registers
 PREFETCH_PER_LINE = True         # ... at the tap loop where a channel's weights are under a line (decision 071)
+LOCAL_IS_TILE_WHOLE_REDUCTION = True  # a window's local tile of one register tile: whole reduction inside (082)
 PREFETCH_FIRST_TILE = True       # ... by the first register tile of a local tile only (decision 073)
 
 
@@ -172,7 +173,12 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
     src.hint(f"{name}.k2", 1)
     k2 = src.choose(f"{name}.k2", space.level_choices(max(1, -(-info.K // kb)), 8))
     orders = list(DW_ORDERS if info.depthwise else ORDERS)
-    if tile_tasks_1x1 or info.lane_group:
+    # a window whose local tile is one register tile: its channel blocks outside that tile reuse no weights
+    # and pass the accumulators through a copy per block and tap row (3x3 160@7: 0.41 ms against 0.24;
+    # docs/decisions/082-a-window-whose-local-is-one-tile-keeps-its-reduction-inside.md)
+    tile_is_local = LOCAL_IS_TILE_WHOLE_REDUCTION and not info.depthwise and info.R * info.S > 1 \
+        and q2 == 1 and p2 == 1 and k2 == 1
+    if tile_tasks_1x1 or info.lane_group or tile_is_local:
         # (the first choice is the heuristic start) a lane-grouped conv's reduction is its group's few
         # channels by the window (4 x 3 x 3 for ResNeXt's): inside the register tile, its accumulators stay
         # in registers throughout (0.44 ms against 0.57 for "c|rs", 128@56 in 32 groups; decision 076);

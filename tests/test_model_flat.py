@@ -64,16 +64,19 @@ def test_operands_that_vary_along_rows_or_wide_rows_keep_the_plane(monkeypatch):
     _check(model)
 
 
-def test_a_flattened_model_as_a_library_matches_onnxruntime(tmp_path):
+@pytest.mark.parametrize("make", [lambda: _inverted_residual(7, 7), lambda: _one_pointwise(17, 33, 19, 19)],
+                         ids=["blocked", "row-major"])
+def test_a_flattened_model_as_a_library_matches_onnxruntime(tmp_path, make):
     import subprocess
     import sys
 
     from tests.test_model_aot import CALLER
     from tuner.model_aot import export_model
-    model = _inverted_residual(7, 7)
+    model = make()
     prefix = str(tmp_path / "block")
     export_model(load(model), prefix)
-    x = np.random.default_rng(1).standard_normal((1, 16, 7, 7)).astype(np.float32)
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
     np.save(prefix + ".x.npy", x)
     proc = subprocess.run([sys.executable, "-I", "-c", CALLER, prefix, str(tmp_path / "out.npz")],
                           capture_output=True, text=True, cwd=str(tmp_path))

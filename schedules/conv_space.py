@@ -57,6 +57,7 @@ SMALL_BLOCK_WEIGHTS = 2   # a 1x1's task weights, in LOCAL_VALUES, up to which b
 CONV_PREFETCH = PANEL_DISTANCE   # bytes ahead the start prefetches a packed weight block (0: none)
 AVX2_1X1_NO_PREFETCH = True      # ... but not a 1x1's whose tasks keep the reduction in the tile, with 16 registers
 PREFETCH_PER_LINE = True         # ... at the tap loop where a channel's weights are under a line (decision 071)
+DEPTHWISE_ROWS = True    # a row-major depthwise conv starts on its NCHW rows where a row fills a vector (083)
 LOCAL_IS_TILE_WHOLE_REDUCTION = True  # a window's local tile of one register tile: whole reduction inside (082)
 PREFETCH_FIRST_TILE = True       # ... by the first register tile of a local tile only (decision 073)
 
@@ -110,6 +111,13 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
         # pooling reduces nothing across channels: on the NCHW rows, no channel blocks, where a strided
         # window's rows fill at least half a vector (decision 033)
         src.hint(f"{name}.pool_rows", info.stride > 1 and 2 * info.Q >= space.lanes(s._state.stage(name).dtype))
+        if src.choose(f"{name}.pool_rows", [False, True]):
+            return tile_pool_rows(space, s, src, info, epilogue)
+    elif info.depthwise and not info.blocked:
+        # a row-major depthwise conv is a weighted pool: on the NCHW rows too (no channel-block relayout of
+        # its data and output), its weights broadcast per tap, where an output row fills a vector
+        # (docs/decisions/083-row-major-depthwise-convs-run-on-their-rows.md)
+        src.hint(f"{name}.pool_rows", DEPTHWISE_ROWS and info.Q >= space.lanes(s._state.stage(name).dtype))
         if src.choose(f"{name}.pool_rows", [False, True]):
             return tile_pool_rows(space, s, src, info, epilogue)
     st = s._state.stage(name)

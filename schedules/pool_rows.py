@@ -1,4 +1,5 @@
-"""Pooling on the NCHW rows themselves: vectors along the output columns, no channel blocks.
+"""Pooling (and row-major depthwise convs) on the NCHW rows themselves: vectors along the output columns,
+no channel blocks.
 
 A pooling window (``Y[n, c, p, q] = max or sum over (r, s) of D[n, c, p*st + r, q*st + s]``, recognized
 by :func:`schedules.conv_space.find_convs`) reduces nothing across channels, so it needs no
@@ -16,6 +17,8 @@ the row, which code generation loads as two contiguous vectors and one shuffle (
 
 The channel-blocked form (decision 023) packed the data channel-innermost with a gather of 16 planes
 per vector and copied the output back with another; docs/decisions/033-pool-rows.md has the figures.
+A depthwise conv on row-major data is the same nest with one weight per channel and tap, broadcast
+(docs/decisions/083-row-major-depthwise-convs-run-on-their-rows.md).
 """
 from __future__ import annotations
 
@@ -52,7 +55,7 @@ def heuristic_columns(Q: int, lanes: int) -> int:
 
 
 def tile_pool_rows(space, s, src, info, epilogue: str | None):
-    """Schedule pooling ``info`` (a ``ConvInfo`` without weights) on NCHW rows; ``(schedule, stages done)``."""
+    """Schedule pooling or a depthwise conv ``info`` (a ``ConvInfo``) on NCHW rows; ``(schedule, stages done)``."""
     name = info.anchor
     lanes = space.lanes(s._state.stage(name).dtype)
     P, Q = info.P, info.Q

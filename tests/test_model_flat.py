@@ -146,3 +146,24 @@ def test_both_forms_of_a_row_major_pointwise_conv_compute_it(blocked):
     kernel(x, wt, b, out)
     want = np.maximum(np.einsum("kc,ncp->nkp", wt.reshape(36, 20), x.reshape(1, 20, -1)) + b[:, None], 0)
     assert np.abs(out.reshape(want.shape) - want).max() <= 1e-4 * np.abs(want).max()
+
+
+def _one_depthwise(c, h, w, k=3, stride=1, dil=1):
+    n = Net([1, c, h, w])
+    p = dil * (k // 2)
+    return n.model([n.op("Relu", [n.conv("x", c, c, k, stride=stride, pads=(p, p, p, p), dil=dil, group=c)])])
+
+
+def test_a_row_major_depthwise_conv_starts_on_its_rows_where_a_row_fills_a_vector():
+    # decision 083: a weighted pool on the NCHW rows, no relayout of data and output; narrow rows stay blocked
+    wide = _starts(_one_depthwise(72, 30, 30))["Conv+Relu"]
+    narrow = _starts(_one_depthwise(576, 7, 7))["Conv+Relu"]
+    assert [v for d, v in wide.items() if d.endswith(".pool_rows")] == [True]
+    assert [v for d, v in narrow.items() if d.endswith(".pool_rows")] == [False]
+
+
+@pytest.mark.parametrize("c, h, w, k, stride, dil", [(72, 30, 20, 3, 1, 1), (24, 33, 40, 5, 2, 1), (16, 64, 64, 3, 1, 1),
+                                                     (20, 18, 36, 3, 1, 2), (40, 7, 7, 3, 1, 1)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_row_major_depthwise_models_match_onnxruntime(c, h, w, k, stride, dil, threads):
+    _check(_one_depthwise(c, h, w, k, stride, dil), threads=threads)

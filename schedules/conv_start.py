@@ -187,3 +187,22 @@ def local_rows(choices: list, row_values: int, other_tasks: int, p_tiles: int, c
         tasks = other_tasks * -(-p_tiles // c)
         return tasks / (cores * -(-tasks // cores))
     return max([c for c in ok if balance(c) >= TASK_BALANCE] or ok, default=1)
+
+
+# A row-major 1x1 conv on its plane as one row starts as a matrix product over its positions (R3, the
+# positions the vector axis) unless its positions fill their vectors worse than its output channels fill
+# theirs by more than this (-1: always blocked, 1: always positions); why:
+# docs/decisions/081-row-major-pointwise-convs-are-products-over-positions.md
+POSITIONS_FILL_MARGIN = 0.0
+
+
+def positions_first(c: ConvInfo, lanes: int) -> bool:
+    """Whether conv ``c`` starts as a matrix product over its output positions (the generated space's R3, not
+    the convolution rule): a row-major 1x1 stride-1 conv on its plane as one row (graph/lower/flat.py) whose
+    positions fill their vectors about as well as its output channels would (:data:`POSITIONS_FILL_MARGIN`)."""
+    if c.blocked or c.depthwise or c.weights is None or c.R * c.S != 1 or c.stride != 1 or c.P != 1:
+        return False
+
+    def fill(n):
+        return n / (-(-n // lanes) * lanes)
+    return fill(c.Q) >= fill(c.K) - POSITIONS_FILL_MARGIN

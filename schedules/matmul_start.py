@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 
+from tensorir.tir.analysis.affine import mentions
+
 K_BLOCK = 128            # reduction block of a few-row product (why: docs/decisions/027-small-row-products-block-the-reduction.md)
 K_BLOCK_MAX_ROWS = 128   # ... for products with at most this many rows
 K_BLOCK_ROWS = 32        # ... in local blocks of this many rows
@@ -112,3 +114,20 @@ def k_blocks(n: int) -> list:
     register tile out of registers)."""
     near = sorted((d for d in range(32, min(n, 256) + 1) if n % d == 0), key=lambda d: (abs(d - K_BLOCK), d))
     return sorted(near[:3])
+
+
+def row_axis(st, spatial: list, ext: dict):
+    """The register tile's row axis: the spatial axis before the vector axis, or where that one is a
+    single iteration, the nearest before it along which some operand read with the vector axis is reused
+    (a 1x1 conv on its plane as one row, (n, k, 1, p*q): the output channels), else None."""
+    if len(spatial) < 2:
+        return None
+    vec = st.root_vars[spatial[-1].split(".", 1)[1]]
+    vector_reads = [r for r in st.reads() if any(mentions(i, vec) for i in r.indices)]
+    for lp in reversed(spatial[:-1]):
+        if ext[lp] > 1:
+            var = st.root_vars[lp.split(".", 1)[1]]
+            if lp == spatial[-2] or any(not any(mentions(i, var) for i in r.indices) for r in vector_reads):
+                return lp
+            break
+    return spatial[-2]

@@ -42,6 +42,7 @@ from tensorir.te import AxisKind
 from tensorir.tir.analysis.affine import mentions
 
 from .conv_space import find_convs, tile_conv
+from .conv_start import positions_first
 from .winograd_space import find_winograd, tile_winograd
 from .rows import schedule_host, shared_in_row
 from . import elementwise
@@ -49,7 +50,7 @@ from .elementwise import schedule_elementwise
 from .prefetch import PANEL_DISTANCE, prefetch_decision
 from .decisions import DecisionSource, FixedDecisions, MutatedDecisions, OptunaDecisions, RandomDecisions  # noqa: F401
 from .schedule import Schedule
-from .matmul_start import hint_k_blocks, k_blocks, odd_row_tile, register_tile
+from .matmul_start import hint_k_blocks, k_blocks, odd_row_tile, register_tile, row_axis as _row_axis
 from .tiling import fuse_parallel as _fuse_parallel, split_all as _split_all
 
 # Columns of the vector axis one parallel task of a product spans, about (decision 011) ...
@@ -61,32 +62,10 @@ FEW_ROWS_OPERAND = 1 << 17
 FEW_ROWS_TASK_COLUMNS = 64
 # False: the start packs no input whose panel is its own layout (why: docs/decisions/065-no-pack-of-a-whole-panel.md)
 PACK_WHOLE_PANELS = False
-# A row-major 1x1 conv on its plane as one row starts as a matrix product over its positions (R3, the
-# positions the vector axis) unless its positions fill their vectors worse than its output channels fill
-# theirs by more than this (-1: always blocked, 1: always positions); why:
-# docs/decisions/081-row-major-pointwise-convs-are-products-over-positions.md
-POSITIONS_FILL_MARGIN = 0.0
 MAX_UNROLLED_BODY = 64   # vector FMAs (tile rows x vectors per row x inner reduce iterations) unrolled
 
 
 # ----------------------------------------------------------------- the space
-
-def _row_axis(st, spatial: list, ext: dict):
-    """The register tile's row axis: the spatial axis before the vector axis, or where that one is a
-    single iteration, the nearest before it along which some operand read with the vector axis is reused
-    (a 1x1 conv on its plane as one row, (n, k, 1, p*q): the output channels), else None."""
-    if len(spatial) < 2:
-        return None
-    vec = st.root_vars[spatial[-1].split(".", 1)[1]]
-    vector_reads = [r for r in st.reads() if any(mentions(i, vec) for i in r.indices)]
-    for lp in reversed(spatial[:-1]):
-        if ext[lp] > 1:
-            var = st.root_vars[lp.split(".", 1)[1]]
-            if lp == spatial[-2] or any(not any(mentions(i, var) for i in r.indices) for r in vector_reads):
-                return lp
-            break
-    return spatial[-2]
-
 
 @dataclass(frozen=True)
 class SpaceOptions:
@@ -155,7 +134,7 @@ class GeneratedSpace:
         # is.  [False, True]: records written before this choice replay as before; the heuristic blocks.
         convs = {}
         for n, c in find_convs(g).items():
-            src.hint(f"{n}.blocked", not self._positions_first(c, g.stage(n).dtype))
+            src.hint(f"{n}.blocked", not positions_first(c, self.lanes(g.stage(n).dtype)))
             if src.choose(f"{n}.blocked", [False, True]):
                 convs[n] = c
         pads = {c.pad_stage for c in convs.values()}
@@ -379,18 +358,6 @@ class GeneratedSpace:
         for p in packs if rd1 else ():
             s = prefetch_decision(src, f"{st.name}.prefetch_{panels[p]}", s, p, rd1[-1], PANEL_DISTANCE)
         return s
-
-    def _positions_first(self, c, dtype: str) -> bool:
-        """Whether conv ``c`` (a :class:`ConvInfo`) starts as a matrix product over its output positions:
-        a row-major 1x1 stride-1 conv on its plane as one row (graph/lower/flat.py) whose positions fill
-        their vectors about as well as its output channels would (:data:`POSITIONS_FILL_MARGIN`)."""
-        if c.blocked or c.depthwise or c.weights is None or c.R * c.S != 1 or c.stride != 1 or c.P != 1:
-            return False
-        lanes = self.lanes(dtype)
-
-        def fill(n):
-            return n / (-(-n // lanes) * lanes)
-        return fill(c.Q) >= fill(c.K) - POSITIONS_FILL_MARGIN
 
     def _balance(self, n: int, width: int) -> float:
         """Share of the busiest core's time that is useful when ``n`` columns are cut into tasks of

@@ -122,12 +122,13 @@ def row_axis(st, spatial: list, ext: dict):
     (a 1x1 conv on its plane as one row, (n, k, 1, p*q): the output channels), else None."""
     if len(spatial) < 2:
         return None
+    if ext[spatial[-2]] > 1:
+        return spatial[-2]          # (every product's case: no need to read the stage's accesses)
+    wider = [lp for lp in spatial[:-2] if ext[lp] > 1]
+    if not wider:
+        return spatial[-2]
     vec = st.root_vars[spatial[-1].split(".", 1)[1]]
-    vector_reads = [r for r in st.reads() if any(mentions(i, vec) for i in r.indices)]
-    for lp in reversed(spatial[:-1]):
-        if ext[lp] > 1:
-            var = st.root_vars[lp.split(".", 1)[1]]
-            if lp == spatial[-2] or any(not any(mentions(i, var) for i in r.indices) for r in vector_reads):
-                return lp
-            break
-    return spatial[-2]
+    var = st.root_vars[wider[-1].split(".", 1)[1]]
+    reused = any(not any(mentions(i, var) for i in r.indices)
+                 for r in st.reads() if any(mentions(i, vec) for i in r.indices))
+    return wider[-1] if reused else spatial[-2]

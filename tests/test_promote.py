@@ -259,3 +259,30 @@ def test_a_tile_loop_body_split_into_full_tiles_and_a_guarded_edge_promotes_the_
     o = a.copy()
     compile_func(prepared(PrimFunc("edge", (X, acc), nest)), runtime.OptConfig(pipeline="fast"))(x, o)
     np.testing.assert_allclose(o, a + x.sum(0), rtol=1e-5, atol=1e-5)
+
+
+def test_a_tile_initialized_then_updated_under_an_unrolled_window_is_one_register_tile():
+    """``acc[p, j] = 0`` then ``acc[p, j] += X[p + r, j + s]`` under unrolled r, s in one serial row loop
+    (a depthwise conv's row on a padded copy: the copy's row index makes the window loop a register-tile
+    walk, so the row is a straight-line body): the column loop variable is bound by the initialization
+    and the update, the same 16 columns, so the row goes to one register tile.  Bound by loops of other
+    extents, the variable names different elements and the tile stays in memory."""
+    from tensorir.tir.transform.promote import promote
+    X, acc = buf("X", (6, 19)), buf("acc", (4, 16))
+    p, r, s_, j = Var("p"), Var("r"), Var("s"), Var("j")
+
+    def nest(init_cols):
+        init = loop(j, init_cols, st(acc, [p, j], c(0.0)), VECTORIZED)
+        upd = st(acc, [p, j], Binary(BinOp.ADD, ld(acc, p, j), ld(X, Binary(BinOp.ADD, p, r),
+                                                                  Binary(BinOp.ADD, j, s_))))
+        window = loop(r, 3, loop(s_, 3, loop(j, 16, upd, VECTORIZED), UNROLLED), UNROLLED)
+        return loop(p, 4, seq(init, window))
+    text = str(PrimFunc("p", (X, acc), promote(nest(16))))
+    assert "acc.reg0 = alloc_local([16]" in text, text
+    assert "acc.reg" not in str(PrimFunc("p", (X, acc), promote(nest(8))))
+    x = rand((6, 19))
+    want = sum(x[r:r + 4, s:s + 16] for r in range(3) for s in range(3))
+    for cfg in (runtime.OptConfig(pipeline="fast"), runtime.OptConfig(pipeline="default")):
+        o = rand((4, 16))
+        compile_func(prepared(PrimFunc("rows", (X, acc), nest(16))), cfg)(x, o)
+        np.testing.assert_allclose(o, want, rtol=1e-5, atol=1e-5)

@@ -216,6 +216,10 @@ def invariant_elements(loop: For, skip=frozenset()) -> list:
     return out
 
 
+# a tile whose loop variable is bound by several loops of one range (initialized, then updated under an
+# unrolled window) is promoted as one tile; False: such tiles stay in memory, a store per update
+# (docs/decisions/084-a-tile-initialized-then-updated-is-one-register-tile.md)
+REBOUND_TILES = True
 MAX_TILE = 512       # elements of a tile kept in registers (32 AVX-512 registers of 16 floats)
 
 
@@ -282,8 +286,9 @@ def _tile_loops(indices, binders: dict, exclude=None):
 
     ``names`` are the variables the indices use; ``loops`` the inner loops
     (from ``binders``: variable name -> loops binding it, in nesting order) among
-    them, outermost first but the vectorized one last.  Each must be bound once,
-    at most one vectorized, the tile they span at most ``MAX_TILE`` elements, and
+    them, outermost first but the vectorized one last.  Each must be bound by loops of one extent and
+    kind (a variable bound twice, e.g. by a tile's initialization and its update, spans the same
+    elements in both), at most one vectorized, the tile they span at most ``MAX_TILE`` elements, and
     no index may read memory.
     """
     names = set()
@@ -300,9 +305,15 @@ def _tile_loops(indices, binders: dict, exclude=None):
         bound = binders.get(name)
         if bound is None:
             continue
-        if len(bound) != 1 or bound[0] is exclude or bound[0].kind not in (ForKind.UNROLLED, ForKind.VECTORIZED):
+        # a variable bound by several loops of one range (the tile's initialization and its update nest,
+        # each walking the same columns) names the same elements in each: one tile covers them all
+        first = bound[0]
+        if len(bound) > 1 and not REBOUND_TILES:
             return None
-        loops.append(bound[0])
+        if any(lp is exclude or (lp.extent, lp.kind) != (first.extent, first.kind) for lp in bound) or \
+                first.kind not in (ForKind.UNROLLED, ForKind.VECTORIZED):
+            return None
+        loops.append(first)
     loops.sort(key=lambda lp: lp.kind is ForKind.VECTORIZED)
     size = 1
     for lp in loops:

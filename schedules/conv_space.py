@@ -38,7 +38,7 @@ from tensorir.te.expr import itemsize
 
 from .conv_match import ConvInfo, find_convs  # noqa: F401  (find_convs: the space finds the anchors here)
 from .conv_start import (LOCAL_VALUES, block_choices, block_widths, depthwise_tile, heuristic_tile, lane_choices,
-                         local_rows, spare_registers)
+                         local_rows, spare_registers, vector_registers)
 from .pool_rows import tile_pool_rows
 from .prefetch import PANEL_DISTANCE, prefetch_decision
 from .tiling import fuse_parallel, split_all
@@ -139,7 +139,7 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
             # a block that divides the channels needs no guard in the reduction; near 16 (one cache line)
             src.hint(f"{name}.cb", min(blocks, key=lambda b: (info.C % b != 0, abs(b - 16), b)))
             cb = src.choose(f"{name}.cb", blocks)
-    m = -(-kb // lanes)
+    m = vector_registers(kb, lanes)
     budget = max(1, (space.registers - m - spare_registers(info, space.registers, m)) // m)
     dw_blocked = info.blocked and info.depthwise and info.weights is not None
     if dw_blocked:

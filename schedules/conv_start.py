@@ -12,11 +12,24 @@ from __future__ import annotations
 
 from schedules.lowering.checks import MAX_VECTOR_LANES
 from tensorir.tir.transform.promote import REGISTER_TILE_UNROLL
+from tensorir.tir.transform.vector_chunks import vector_chunks
 
 from .conv_match import ConvInfo
 
+# a vector of output channels takes as many registers as lowering cuts it into pieces (12 of 16 lanes: 8 + 4);
+# False: one per ``lanes`` (docs/decisions/085-a-partial-vector-is-its-pieces.md)
+COUNT_PIECES = True
 LOCAL_VALUES = 8192       # accumulators of one local tile (32 KiB of fp32, in L1 beside a weight block)
 TASK_BALANCE = 0.85       # least share of the cores' time a local tile's task count keeps busy
+
+
+def vector_registers(kb: int, lanes: int) -> int:
+    """Registers a vector of ``kb`` output channels takes: the pieces lowering cuts it into
+    (:func:`tensorir.tir.transform.vector_chunks.vector_chunks`), more than ``kb / lanes`` rounded up
+    where the last vector's lanes are not a power of two."""
+    if not COUNT_PIECES:
+        return -(-kb // lanes)
+    return sum(-(-n // lanes) for _, n in vector_chunks(kb, lanes))   # (a power of two wider than lanes: one piece)
 
 
 def lane_choices(K: int, lanes: int) -> list:
@@ -129,7 +142,7 @@ def heuristic_tile(info: ConvInfo, lanes: int, registers: int) -> tuple:
         # the channels: 3 vectors over 256 channels left a ragged tile of 2 (0.76-0.96x of 2 x 2 x 2)
         widths = [kb for kb in widths if info.K % kb == 0]
     for kb in widths:
-        m = -(-kb // lanes)
+        m = vector_registers(kb, lanes)
         for pt in (1, 2, 3, 4):
             if pt > info.P:
                 continue
@@ -165,7 +178,7 @@ def depthwise_tile(info: ConvInfo, lanes: int) -> int:
     columns (72 taps) keeps its rows rolled and the task's padded tile on the stack, and ran at half
     the speed of 7 columns (63 taps, all in registers); a 5x5 window unrolls only at 2 columns, too
     few chains to hide the FMA latency (docs/decisions/049-depthwise-window-unrolls-whole.md)."""
-    m = -(-info.kb // lanes)
+    m = vector_registers(info.kb, lanes)
     widths = range(1, max(1, DW_ACCUMULATORS // m) + 1)
     unrolled = [qt for qt in widths if qt * info.R * info.S <= REGISTER_TILE_UNROLL]
     if unrolled and unrolled[-1] * m >= DW_UNROLLED_LEAST:

@@ -290,6 +290,32 @@ def resnext_block(batch: int = 2, channels: int = 64, groups: int = 4, size: int
     return m.model("resnext_block", shape, y, shape)
 
 
+def densenet_block(batch: int = 1, channels: int = 32, growth: int = 12, layers: int = 4, size: int = 36,
+                   seed: int = 0, opset: int = 13) -> onnx.ModelProto:
+    """A DenseNet-BC dense block as exported (BatchNorm unfolded): each layer BN + Relu, 1x1 conv to
+    ``4 * growth``, BN + Relu, 3x3 conv to ``growth`` channels, concatenated onto its input; then a 2x2
+    average pool (the transition's)."""
+    m = ModelMaker(seed, opset)
+
+    def bn_relu(x, scope, c):
+        bn = [m.init(f"{scope}.bn.{p}", v.astype(np.float32)) for p, v in (
+            ("weight", m.rng.uniform(0.5, 1.5, c)), ("bias", m.rng.uniform(-0.2, 0.2, c)),
+            ("running_mean", m.rng.uniform(-0.2, 0.2, c)), ("running_var", m.rng.uniform(0.5, 1.5, c)))]
+        return m.node("Relu", [m.node("BatchNormalization", [x] + bn, f"/{scope}/bn", epsilon=1e-5)], f"/{scope}/relu")
+
+    def conv(x, scope, c_in, c_out, k):
+        w = m.weight(f"{scope}.conv.weight", (c_out, c_in, k, k), math.sqrt(2 / (c_in * k * k)))
+        return m.node("Conv", [x, w], f"/{scope}/conv", kernel_shape=[k, k], pads=[k // 2] * 4)
+
+    x, c = "input", channels
+    for i in range(layers):
+        y = conv(bn_relu(x, f"layer{i}.1", c), f"layer{i}.1", c, 4 * growth, 1)
+        y = conv(bn_relu(y, f"layer{i}.2", 4 * growth), f"layer{i}.2", 4 * growth, growth, 3)
+        x, c = m.node("Concat", [x, y], f"/layer{i}/concat", axis=1), c + growth
+    y = m.node("AveragePool", [x], "/pool", kernel_shape=[2, 2], strides=[2, 2])
+    return m.model("densenet_block", (batch, channels, size, size), y, (batch, c, size // 2, size // 2))
+
+
 def grouped_conv(channels: int = 128, out_channels: int | None = None, size: int = 56, groups: int = 32,
                  stride: int = 1, kernel: int = 3, batch: int = 1, seed: int = 0, opset: int = 13) -> onnx.ModelProto:
     """One grouped conv (biased, ``kernel`` x ``kernel``, padding ``kernel // 2``) and its Relu."""

@@ -9,7 +9,7 @@ import pytest
 from schedules import Schedule
 from schedules.state import AttachKind
 from schedules.conv_space import QT_CHOICES, find_convs
-from schedules.conv_start import LOCAL_VALUES, heuristic_tile, lane_choices, local_rows
+from schedules.conv_start import LOCAL_VALUES, heuristic_tile, lane_choices, local_rows, vector_registers
 from schedules.space import FixedDecisions, GeneratedSpace, RandomDecisions, SpaceOptions
 from tensorir import te
 from tensorir.ops import library as ops
@@ -107,6 +107,22 @@ def test_the_heuristic_tile_fills_the_registers_and_fits_the_row():
     # one weight vector: the broadcast is the FMA's memory operand, no register of its own
     (info,) = find_convs(GeneratedSpace(ops.conv2d(1, 16, 8, 31, 16, 1, 1), AVX512).base.stage_graph()).values()
     assert heuristic_tile(info, 16, 32) == (16, 31, 1)
+
+
+def test_a_partial_vector_of_output_channels_counts_its_pieces_as_registers():
+    # 12 channels of 16 lanes lower as an 8- and a 4-lane vector: two registers per accumulator.  Counted as
+    # one, DenseNet's 3x3 48->12 at 36x36 started with 3 x 9 accumulators (54 registers, spilling) and ran
+    # 0.27 ms against 0.20 (decision 085)
+    assert [vector_registers(k, 16) for k in (8, 12, 16, 20, 28, 32, 48)] == [1, 2, 1, 2, 3, 2, 3]
+    assert [vector_registers(k, 8) for k in (6, 8, 12, 16)] == [2, 1, 2, 2]
+    params = dict(N=1, C=48, H=18, W=18, K=12, R=3, S=3, stride=1, pad=1, cb=16, kb=12, dtype="float32")
+    space = GeneratedSpace(get_workload("conv2d_nchwc").make(**params), AVX512)
+    (info,) = find_convs(space.base.stage_graph()).values()
+    kb, qt, pt = heuristic_tile(info, 16, 32)
+    assert kb == 12 and 2 * qt * pt + 2 + 1 <= 32 and qt * pt >= 9
+    d = space.default_decisions()
+    assert 2 * d["Y.qt"] * d["Y.pt"] + 2 + 1 <= 32
+    _run(space, "conv2d_nchwc", params, FixedDecisions(d))
 
 
 @pytest.mark.parametrize("C,K,H,R,stride", [(20, 16, 17, 1, 1), (12, 16, 23, 1, 1), (24, 16, 37, 3, 2)])

@@ -290,6 +290,30 @@ def resnext_block(batch: int = 2, channels: int = 64, groups: int = 4, size: int
     return m.model("resnext_block", shape, y, shape)
 
 
+def squeezenet(batch: int = 1, size: int = 113, classes: int = 1000, seed: int = 0, opset: int = 13) -> onnx.ModelProto:
+    """A SqueezeNet 1.1 cut to its first three fire modules: a 3x3 s2 stem, a 3x3 s2 max pool (ceil mode),
+    fires (1x1 squeeze; 1x1 and 3x3 expands concatenated), then its classifier: a 1x1 conv to ``classes``
+    channels, Relu, global average pool, flatten."""
+    m = ModelMaker(seed, opset)
+
+    def conv(x, scope, c_in, c_out, k, stride=1, pad=None):
+        w = m.weight(f"{scope}.weight", (c_out, c_in, k, k), math.sqrt(2 / (c_in * k * k)))
+        pad = k // 2 if pad is None else pad
+        y = m.node("Conv", [x, w, m.weight(f"{scope}.bias", (c_out,), 0.1)], f"/{scope}", kernel_shape=[k, k],
+                   strides=[stride] * 2, pads=[pad] * 4)
+        return m.node("Relu", [y], f"/{scope}/relu")
+
+    x = conv("input", "features.0", 3, 64, 3, 2, 0)
+    x = m.node("MaxPool", [x], "/features.2", kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)
+    for i, (c_in, sq, ex) in enumerate(((64, 16, 64), (128, 16, 64), (128, 32, 128)), start=3):
+        s_ = conv(x, f"features.{i}.squeeze", c_in, sq, 1)
+        x = m.node("Concat", [conv(s_, f"features.{i}.expand1x1", sq, ex, 1),
+                              conv(s_, f"features.{i}.expand3x3", sq, ex, 3)], f"/features.{i}/concat", axis=1)
+    x = m.node("GlobalAveragePool", [conv(x, "classifier.1", 256, classes, 1)], "/classifier.3")
+    x = m.node("Flatten", [x], "/flatten", axis=1)
+    return m.model("squeezenet", (batch, 3, size, size), x, (batch, classes))
+
+
 def densenet_block(batch: int = 1, channels: int = 32, growth: int = 12, layers: int = 4, size: int = 36,
                    seed: int = 0, opset: int = 13) -> onnx.ModelProto:
     """A DenseNet-BC dense block as exported (BatchNorm unfolded): each layer BN + Relu, 1x1 conv to

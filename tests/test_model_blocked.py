@@ -10,7 +10,7 @@ onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from graph.lower.core import block_of, from_storage, to_storage  # noqa: E402
-from graph.lower.layout import out_blocks  # noqa: E402
+from graph.lower.layout import out_block, out_blocks  # noqa: E402
 from schedules import Schedule  # noqa: E402
 from schedules.conv_space import find_convs  # noqa: E402
 from tuner.model_api import compile_model, load  # noqa: E402
@@ -89,7 +89,8 @@ def test_consecutive_convolutions_exchange_blocked_activations():
     conv_outputs = [g.outputs[0] for g in plan.groups if any(nd.op == "Conv" for nd in g.nodes)]
     assert len(conv_outputs) == 5 and conv_outputs[0] not in blocked
     assert all(v in blocked for v in conv_outputs[1:])
-    assert set(blocked.values()) == {next(b for b in out_blocks() if k % b == 0) for k in (24, 32, 48)}
+    # (24 channels: blocks of 8 with 8 lanes, one of 16 + 8 lanes with 16: decision 086)
+    assert set(blocked.values()) == {next(b for b in out_blocks() if k % b == 0) for k in (32, 48)} | {out_block(24)}
     assert not set(plan.graph.outputs) & set(blocked)
     # each blocked conv is the convolution rule's blocked form: data and weights read in their blocks
     for g, lw in zip(plan.groups, plan.lowered):
@@ -150,7 +151,10 @@ def test_odd_channel_counts_and_other_readers_keep_the_chain_blocked():
     last = n.conv(e, 24, 10, 3)
     model = n.model([n.op("ReduceMean", [last], axes=[2, 3])])
     plan = plan_graph(load(model))
-    assert plan.layouts.get(a) == "nchw16c" and plan.layouts.get(b) == "nchw8c" and plan.layouts.get(last) == "nchw10c"
+    # (40 channels: blocks of 8 with 8 lanes; one block of 40 = 16 + 16 + 8 with 16, decision 086)
+    from graph.lower.layout import out_block
+    assert plan.layouts.get(a) == "nchw16c" and plan.layouts.get(last) == "nchw10c"
+    assert plan.layouts.get(b) == f"nchw{out_block(40, 6)}c" and out_block(40, 6, 8) == 8 and out_block(40, 6, 16) == 40
     _check(model)
     _check(model, threads=2)
 
@@ -186,6 +190,17 @@ def test_a_row_too_narrow_for_a_two_vector_tile_takes_one_vector_blocks():
     assert out_block(48, 7, 8) == 8 and out_block(20, 7, 8) == 20      # (no block of 8 divides 20: 8 + 8 + 4 lanes)
     assert (out_block(44, 7, 8), out_block(36, 7, 8), out_block(30, 7, 8)) == (22, 12, 15)   # fullest vectors
     assert out_block(48, 17, 8) == 16      # (a prime row no tile of either block fits: the first block)
+
+
+def test_with_16_lanes_blocks_carry_the_most_channels_per_vector_piece():
+    # a vector that is not a power of two is cut into pieces, each an FMA (25 = 16 + 8 + 1: three): 100
+    # channels take one block of 50 (16 x 3 + 2), and 1000, which 8 divides but 16 does not, blocks of 40
+    # (16 + 16 + 8) rather than of 8 (SqueezeNet's classifier conv: 8.3 -> 5.5 ms, decision 086)
+    from graph.lower.layout import lanes_per_piece, odd_block
+    assert lanes_per_piece(25, 16) == 25 / 3 and lanes_per_piece(50, 16) == 12.5 and lanes_per_piece(32, 16) == 16
+    assert (odd_block(100, 16), out_block(1000, 7, 16), out_block(24, 7, 16), out_block(72, 7, 16)) == (50, 40, 24, 24)
+    assert (out_block(64, 7, 16), out_block(48, 7, 16), out_block(12, 7, 16)) == (32, 16, 12)   # as before
+    assert (odd_block(100, 8), out_block(1000, 7, 8), out_block(24, 7, 8)) == (20, 8, 8)        # 8 lanes: as before
 
 
 def test_a_model_computes_in_the_blocks_its_rows_fit(monkeypatch):

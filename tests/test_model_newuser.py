@@ -234,7 +234,8 @@ def test_scatter_and_gather_nd_with_known_indices():
 @pytest.mark.parametrize("name, kwargs", [("resnext_block", dict(channels=32, groups=4, size=9)),
                                           ("unet_up", dict(channels=16, size=7)),
                                           ("se_block", dict(channels=16, size=11)),
-                                          ("densenet_block", dict(channels=16, growth=12, layers=2, size=10))])
+                                          ("densenet_block", dict(channels=16, growth=12, layers=2, size=10)),
+                                          ("squeezenet", dict(size=33, classes=40))])
 def test_new_builders_match_onnxruntime(name, kwargs):
     models = pytest.importorskip("tests.onnx_models")
     model = getattr(models, name)(**kwargs)

@@ -21,6 +21,7 @@ from graph.lower.core import NHWC, block_of, blocked
 from graph.lower.linalg import conv_block, grouped_block, is_blocked_depthwise
 from graph.ops.registry import Pattern, get_op
 from tensorir.target import Target
+from tensorir.tir.transform.vector_chunks import vector_chunks
 
 
 def out_blocks(lanes: int | None = None) -> tuple:
@@ -127,27 +128,54 @@ def _anchor_types(graph: Graph, group):
 # A block of output channels whose register tile cannot cover a divisor of the output row is skipped
 # for the next (docs/decisions/055-avx2-narrow-rows-take-one-vector-blocks.md); False: the first that divides
 BLOCKS_FIT_ROWS = True
+# blocks compared by channels per vector piece (odd channel counts, and counts that only 8 of 16 lanes divide);
+# False: by the share of whole vectors filled, and 8 wherever it divides (docs/decisions/086-blocks-by-lanes-per-piece.md)
+BLOCKS_BY_PIECES = True
 
 
 def out_block(k: int, width: int | None = None, lanes: int | None = None) -> int:
     """The block of ``k`` output channels: the first of :func:`out_blocks` that divides ``k`` (and, given
     the output row's ``width``, whose tile fits a row: :func:`row_fits`), else :func:`odd_block`, so that
-    a conv with an odd channel count does not turn its producers row-major."""
+    a conv with an odd channel count does not turn its producers row-major.  Where that first block is
+    narrower than a vector (8 of 16 lanes), the odd block instead if its vectors carry more lanes per piece
+    (1000 channels: 40 = 16 + 16 + 8 rather than 8)."""
     lanes = lanes or Target.host().lanes32
-    blocks = [b for b in out_blocks(lanes) if k % b == 0]
+    dividing = [b for b in out_blocks(lanes) if k % b == 0]
+    blocks = dividing
     if width is not None and BLOCKS_FIT_ROWS:
         blocks = [b for b in blocks if row_fits(b, width, lanes)] or blocks
-    return blocks[0] if blocks else odd_block(k, lanes)
+    if not blocks:
+        return odd_block(k, lanes)
+    if dividing[0] >= lanes or not by_pieces(lanes):
+        return blocks[0]
+    odd = odd_block(k, lanes)
+    fits = width is None or not BLOCKS_FIT_ROWS or row_fits(odd, width, lanes)
+    return odd if fits and lanes_per_piece(odd, lanes) > lanes_per_piece(blocks[0], lanes) else blocks[0]
+
+
+def by_pieces(lanes: int) -> bool:
+    """Whether blocks are compared by channels per vector piece: with 16 lanes (AVX-512), where it was
+    measured; AVX2's 8 lanes keep decision 057's rule."""
+    return BLOCKS_BY_PIECES and lanes >= 16
+
+
+def lanes_per_piece(block: int, lanes: int) -> float:
+    """Channels per vector register of a block: lowering cuts a vector whose width is not a power of two
+    into pieces (:func:`tensorir.tir.transform.vector_chunks.vector_chunks`; 25 -> 16 + 8 + 1), each an
+    FMA of its own."""
+    return block / sum(-(-n // lanes) for _, n in vector_chunks(block, lanes))
 
 
 def odd_block(k: int, lanes: int) -> int:
     """The block of ``k`` channels no block of 8 divides: the divisor up to four vectors whose vectors
-    carry the most channels (ties: the largest up to two vectors, else the largest).  Each block's last
-    vector is partial, so 20 channels on AVX2 take one block of 8 + 8 + 4 lanes, not two of 8 + 2:
+    carry the most channels per piece (ties: the largest up to two vectors, else the largest).  Each
+    block's last vector is partial, so 20 channels on AVX2 take one block of 8 + 8 + 4 lanes, not two of 8 + 2:
     a 1x1 conv to 20 channels at 31x31 ran at 21 GFLOP/s in blocks of 10, 37 in one of 20
-    (docs/decisions/057-odd-channel-counts-take-the-fullest-vectors.md)."""
+    (docs/decisions/057-odd-channel-counts-take-the-fullest-vectors.md).  With 16 lanes, the most channels
+    per vector piece instead: 100 channels take 50 = 16 x 3 + 2, not 25 = 16 + 8 + 1 (decision 086)."""
     def key(d):
-        return (d / (-(-d // lanes) * lanes), d <= 2 * lanes, d)
+        fill = lanes_per_piece(d, lanes) if by_pieces(lanes) else d / (-(-d // lanes) * lanes)
+        return (fill, d <= 2 * lanes, d)
     return max((d for d in range(1, 4 * lanes + 1) if k % d == 0), key=key)
 
 

@@ -42,7 +42,7 @@ from tensorir.te import AxisKind
 from tensorir.tir.analysis.affine import mentions
 
 from .conv_space import find_convs, tile_conv
-from .conv_start import positions_first
+from .conv_start import positions_first, vector_registers
 from .winograd_space import find_winograd, tile_winograd
 from .rows import schedule_host, shared_in_row
 from . import elementwise
@@ -223,7 +223,7 @@ class GeneratedSpace:
             src.hint(f"{row_axis}.t3", rows)
             hint_k_blocks(src, self.registers, row_axis, vec_axis, reduce, ext, lanes)
         t3 = {vec_axis: src.choose(f"{vec_axis}.t3", self.vector_choices(ext[vec_axis], st.dtype))}
-        vectors = max(1, -(-t3[vec_axis] // lanes))
+        vectors = max(1, vector_registers(t3[vec_axis], lanes))     # (12 columns of 16 lanes: 8 + 4)
         budget = (self.registers - vectors - 1) // vectors   # accumulators + one row of B + a broadcast
         for lp in reversed(spatial[:-1]):
             rows = self.small_choices(ext[lp]) + odd_row_tile(ext[lp])

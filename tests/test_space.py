@@ -349,3 +349,15 @@ def test_a_stage_evaluating_simd_math_starts_with_the_most_vectors_that_divide_i
         dec = space.default_decisions()
         assert dec["y.vector"] == want, options
         check_against_evaluator(space.apply(FixedDecisions(dec)), rtol=1e-5, atol=1e-6)
+
+
+def test_a_product_with_a_partial_vector_of_columns_offers_only_rows_its_pieces_fit():
+    # 12 columns with 16 lanes are an 8- and a 4-lane vector: two registers per row of accumulators, so
+    # 16 rows (32 registers, spilling) are not offered; 12 rows (24 + the row of B's 2 + a broadcast) are
+    space = GeneratedSpace(WorkloadSpec.parse("matmul", ["M=64", "N=12", "K=32"]).tensors(), AVX512)
+    src = FixedDecisions(space.default_decisions())
+    space.apply(src)
+    assert src.choices["C.j.t3"] == [1, 2, 4, 8, 12] and max(src.choices["C.i.t3"]) == 12
+    d = space.default_decisions({"C.i.t3": 12})
+    assert d["C.i.t3"] == 12
+    check_against_evaluator(space.apply(FixedDecisions(d)))

@@ -36,7 +36,7 @@ def _dw_infos(plan):
 
 
 def _dw_net():
-    """A graph input read by a depthwise conv (24 channels, blocks of 8, asymmetric pads), a
+    """A graph input read by a depthwise conv (24 channels, asymmetric pads), a
     stride-2 depthwise conv on 40 channels with ReLU6, a pointwise conv to 144 channels (blocks of
     16) and a stride-1 depthwise conv on them whose output is a graph output."""
     n = Net([1, 24, 15, 13])
@@ -56,7 +56,10 @@ def test_depthwise_convolutions_keep_the_chain_blocked():
     # relayout group copies it to row-major
     # (d's row of 7 columns: blocks of 16 where a tile of them fits it, AVX-512; else 8, decision 055)
     from graph.lower.layout import out_block
-    assert {v: block_of(plan.layouts.get(v)) for v in (a, b, c, d)} == {a: 8, b: 8, c: 8, d: out_block(144, 7)}
+    # (a's 24 channels: one block of 16 + 8 lanes with 16, 8 with 8, decision 086; b's 40 at 13 columns: 8, as
+    # no tile of a 40-channel block fits 13 columns)
+    assert out_block(40, 13) == 8
+    assert {v: block_of(plan.layouts.get(v)) for v in (a, b, c, d)} == {a: out_block(24), b: 8, c: 8, d: out_block(144, 7)}
     assert block_of(plan.layouts.get(f"{e}.blocked")) == out_block(144, 7) and e not in plan.layouts
     infos = _dw_infos(plan)
     assert set(infos) == {a, c, f"{e}.blocked"}

@@ -290,6 +290,27 @@ def resnext_block(batch: int = 2, channels: int = 64, groups: int = 4, size: int
     return m.model("resnext_block", shape, y, shape)
 
 
+def vgg_small(batch: int = 2, height: int = 64, width: int = 96, classes: int = 64, seed: int = 0,
+              opset: int = 13) -> onnx.ModelProto:
+    """A small VGG-style net: three stages of two biased 3x3 convs with LeakyRelu (0.1) and a 2x2 max
+    pool (16, 32, 48 channels; the first conv reads the 3-channel image), then Flatten, Gemm and Softmax."""
+    m = ModelMaker(seed, opset)
+    x, c = "input", 3
+    for i, co in enumerate((16, 32, 48)):
+        for j in range(2):
+            w = m.weight(f"stage{i}.conv{j}.weight", (co, c, 3, 3), math.sqrt(2 / (c * 9)))
+            y = m.node("Conv", [x, w, m.weight(f"stage{i}.conv{j}.bias", (co,), 0.1)], f"/stage{i}/conv{j}",
+                       kernel_shape=[3, 3], pads=[1] * 4)
+            x, c = m.node("LeakyRelu", [y], f"/stage{i}/relu{j}", alpha=0.1), co
+        x = m.node("MaxPool", [x], f"/stage{i}/pool", kernel_shape=[2, 2], strides=[2, 2])
+    x = m.node("Flatten", [x], "/flatten", axis=1)
+    features = c * (height // 8) * (width // 8)
+    w = m.weight("fc.weight", (classes, features), 1 / math.sqrt(features))
+    x = m.node("Gemm", [x, w, m.weight("fc.bias", (classes,), 0.1)], "/fc", transB=1)
+    x = m.node("Softmax", [x], "/softmax", axis=1)
+    return m.model("vgg_small", (batch, 3, height, width), x, (batch, classes))
+
+
 def squeezenet(batch: int = 1, size: int = 113, classes: int = 1000, seed: int = 0, opset: int = 13) -> onnx.ModelProto:
     """A SqueezeNet 1.1 cut to its first three fire modules: a 3x3 s2 stem, a 3x3 s2 max pool (ceil mode),
     fires (1x1 squeeze; 1x1 and 3x3 expands concatenated), then its classifier: a 1x1 conv to ``classes``

@@ -235,7 +235,8 @@ def test_scatter_and_gather_nd_with_known_indices():
                                           ("unet_up", dict(channels=16, size=7)),
                                           ("se_block", dict(channels=16, size=11)),
                                           ("densenet_block", dict(channels=16, growth=12, layers=2, size=10)),
-                                          ("squeezenet", dict(size=33, classes=40))])
+                                          ("squeezenet", dict(size=33, classes=40)),
+                                          ("vgg_small", dict(height=16, width=24, classes=10))])
 def test_new_builders_match_onnxruntime(name, kwargs):
     models = pytest.importorskip("tests.onnx_models")
     model = getattr(models, name)(**kwargs)

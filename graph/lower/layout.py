@@ -204,6 +204,22 @@ def _blocked_conv(graph: Graph, group):
     return out_block(t.shape[1], t.shape[3])
 
 
+# a stem (under 8 input channels per block: computed on row-major data, decision 023) writes its output blocked
+# where blocked groups read it: its register tile is channel-innermost, so a row-major output is a transposing
+# copy; False: row-major (docs/decisions/087-stem-outputs-are-blocked.md)
+STEM_OUTPUTS_BLOCKED = True
+
+
+def _stem_block(graph: Graph, group):
+    """The output block of a group anchored by a stem (a group-1 conv with constant 4-d weights and under 8
+    input channels per block), else None."""
+    found = _anchor_types(graph, group)
+    if not STEM_OUTPUTS_BLOCKED or found is None or found[0].attr("group", 1) != 1:
+        return None
+    _, t, x, _ = found
+    return out_block(t.shape[1], t.shape[3]) if conv_block(x.shape[1]) < 8 else None
+
+
 def _blocked_grouped(graph: Graph, group):
     """The block of a group anchored by a grouped conv the blocked grouped form computes (its output
     blocks read whole input blocks of their group: one vector, else 8 channels), else None."""
@@ -254,6 +270,8 @@ def choose_blocked(graph: Graph, groups: list) -> dict:
         for v in g.inputs:
             readers.setdefault(v, []).append(g)
     conv_block = {id(g): _blocked_conv(graph, g) or _blocked_grouped(graph, g) for g in groups}
+    # a stem reads row-major data (so it counts as a row-major conv below) but may write blocks
+    stems = {id(g): _stem_block(graph, g) for g in groups}
     # a depthwise conv computes blocked in its input's block (channels map one to one), or relays a
     # row-major input into the block its channels would get as a conv's output
     depthwise = {id(g): next(n for n in g.nodes if n.op == "Conv").inputs[0] for g in groups
@@ -269,6 +287,8 @@ def choose_blocked(graph: Graph, groups: list) -> dict:
             out = g.outputs[0]
             if conv_block[id(g)]:
                 layouts[out] = blocked(conv_block[id(g)])
+            elif stems[id(g)]:
+                layouts[out] = blocked(stems[id(g)])
             elif id(g) in depthwise:
                 layouts[out] = layouts.get(depthwise[id(g)]) or blocked(out_block(graph.types[out].shape[1]))
             elif id(g) in keeps:

@@ -29,7 +29,8 @@ def vector_registers(kb: int, lanes: int) -> int:
     where the last vector's lanes are not a power of two."""
     if not COUNT_PIECES:
         return -(-kb // lanes)
-    return sum(-(-n // lanes) for _, n in vector_chunks(kb, lanes))   # (a power of two wider than lanes: one piece)
+    # (a power of two wider than the lanes stays one chunk, of several registers)
+    return sum(-(-n // lanes) for _, n in vector_chunks(kb, lanes))
 
 
 def lane_choices(K: int, lanes: int) -> list:

@@ -189,35 +189,25 @@ def row_fits(block: int, width: int, lanes: int) -> bool:
     return width < 2 or any(width % d == 0 and m * d + m + 1 <= registers for d in range(2, width + 1))
 
 
-def _blocked_conv(graph: Graph, group):
-    """The output block of a group anchored by a conv the blocked form computes (group 1, constant
-    4-d weights, float, at least 8 input channels per block, an epilogue that keeps the conv's shape),
-    else None."""
-    found = _anchor_types(graph, group)
-    if found is None or found[0].attr("group", 1) != 1:
-        return None
-    _, t, x, _ = found
-    if conv_block(x.shape[1]) < 8:
-        # a stem's few input channels: the row-major form packs them per row task as plain rows
-        # (decision 023); computed blocked, ResNet-18's 7x7 stem took 2.2x as long
-        return None
-    return out_block(t.shape[1], t.shape[3])
-
-
 # a stem (under 8 input channels per block: computed on row-major data, decision 023) writes its output blocked
 # where blocked groups read it: its register tile is channel-innermost, so a row-major output is a transposing
 # copy; False: row-major (docs/decisions/087-stem-outputs-are-blocked.md)
 STEM_OUTPUTS_BLOCKED = True
 
 
-def _stem_block(graph: Graph, group):
-    """The output block of a group anchored by a stem (a group-1 conv with constant 4-d weights and under 8
-    input channels per block), else None."""
+def _plain_conv_block(graph: Graph, group, stem: bool):
+    """The output block of a group anchored by a group-1 conv (constant 4-d weights, float, an epilogue that
+    keeps the conv's shape) with at least 8 input channels per block (``stem`` False: the blocked form
+    computes it) or fewer (``stem`` True: a stem, which reads row-major data), else None."""
     found = _anchor_types(graph, group)
-    if not STEM_OUTPUTS_BLOCKED or found is None or found[0].attr("group", 1) != 1:
+    if found is None or found[0].attr("group", 1) != 1:
         return None
     _, t, x, _ = found
-    return out_block(t.shape[1], t.shape[3]) if conv_block(x.shape[1]) < 8 else None
+    # a stem's few input channels: the row-major form packs them per row task as plain rows
+    # (decision 023); computed blocked, ResNet-18's 7x7 stem took 2.2x as long
+    if (conv_block(x.shape[1]) < 8) != stem:
+        return None
+    return out_block(t.shape[1], t.shape[3])
 
 
 def _blocked_grouped(graph: Graph, group):
@@ -269,9 +259,9 @@ def choose_blocked(graph: Graph, groups: list) -> dict:
     for g in groups:
         for v in g.inputs:
             readers.setdefault(v, []).append(g)
-    conv_block = {id(g): _blocked_conv(graph, g) or _blocked_grouped(graph, g) for g in groups}
+    conv_block = {id(g): _plain_conv_block(graph, g, stem=False) or _blocked_grouped(graph, g) for g in groups}
     # a stem reads row-major data (so it counts as a row-major conv below) but may write blocks
-    stems = {id(g): _stem_block(graph, g) for g in groups}
+    stems = {id(g): STEM_OUTPUTS_BLOCKED and _plain_conv_block(graph, g, stem=True) for g in groups}
     # a depthwise conv computes blocked in its input's block (channels map one to one), or relays a
     # row-major input into the block its channels would get as a conv's output
     depthwise = {id(g): next(n for n in g.nodes if n.op == "Conv").inputs[0] for g in groups

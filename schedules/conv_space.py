@@ -36,6 +36,7 @@ from schedules.lowering.prefetch import LINE_BYTES, MAX_PREFETCHES
 from tensorir.te import AxisKind
 from tensorir.te.expr import itemsize
 
+from .conv_columns import column_widths, columns_first, columns_offered, columns_tile, row_choices
 from .conv_match import ConvInfo, find_convs  # noqa: F401  (find_convs: the space finds the anchors here)
 from .conv_start import (LOCAL_VALUES, block_choices, block_widths, depthwise_tile, heuristic_tile, lane_choices,
                          local_rows, spare_registers, vector_registers)
@@ -123,6 +124,7 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
     st = s._state.stage(name)
     lanes = space.lanes(st.dtype)
     kb0, qt0, pt0 = heuristic_tile(info, lanes, space.registers)
+    cols = False
     if info.blocked:    # the layout's blocks are given: the tile takes whole blocks of output channels
         per = info.kb
         # (a depthwise conv: one block, its tasks as many as its blocks)
@@ -130,8 +132,14 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
         kb = src.choose(f"{name}.kb", block_widths(info))
         cb = info.cb
     else:
+        # vectors of output columns instead of output channels (schedules/conv_columns.py, decision 088)
+        if columns_offered(info):
+            src.hint(f"{name}.columns", columns_first(info, lanes, space.registers))
+            cols = src.choose(f"{name}.columns", [False, True])
+        if cols:
+            kb0, qt0, pt0 = columns_tile(info, lanes, space.registers)
         src.hint(f"{name}.kb", kb0)
-        kb = src.choose(f"{name}.kb", lane_choices(info.K, lanes))
+        kb = src.choose(f"{name}.kb", row_choices(info.K) if cols else lane_choices(info.K, lanes))
         if info.depthwise:
             cb = kb
         else:
@@ -139,18 +147,27 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
             # a block that divides the channels needs no guard in the reduction; near 16 (one cache line)
             src.hint(f"{name}.cb", min(blocks, key=lambda b: (info.C % b != 0, abs(b - 16), b)))
             cb = src.choose(f"{name}.cb", blocks)
-    m = vector_registers(kb, lanes)
-    budget = max(1, (space.registers - m - spare_registers(info, space.registers, m)) // m)
     dw_blocked = info.blocked and info.depthwise and info.weights is not None
-    if dw_blocked:
-        qt0, pt0 = depthwise_tile(info, lanes), 1
-    src.hint(f"{name}.pt", pt0)
-    pt = src.choose(f"{name}.pt", [c for c in space.small_choices(info.P, (1, 2, 3, 4)) if c <= budget] or [1])
-    src.hint(f"{name}.qt", qt0)
-    # the heuristic's width is offered too: a row of 17 or 23 columns is one register tile, where a
-    # listed width leaves a guarded edge tile (1x1 200->72 at 17x17: 16 + 1 columns ran at 0.5x of 17)
-    qt = src.choose(f"{name}.qt", sorted({c for c in space.small_choices(info.Q, QT_CHOICES) + [qt0]
-                                          if c * pt <= budget}) or [1])
+    if cols:
+        # (rows of broadcasts: registers for ``kb`` x ``pt`` accumulator rows and an input vector per row)
+        src.hint(f"{name}.qt", qt0)
+        qt = src.choose(f"{name}.qt", column_widths(info.Q, lanes))
+        m = vector_registers(min(qt, info.Q), lanes)
+        budget = max(1, (space.registers - 1) // (m * (kb + 1)))
+        src.hint(f"{name}.pt", pt0)
+        pt = src.choose(f"{name}.pt", [c for c in space.small_choices(info.P, (1, 2, 3, 4)) if c <= budget] or [1])
+    else:
+        m = vector_registers(kb, lanes)
+        budget = max(1, (space.registers - m - spare_registers(info, space.registers, m)) // m)
+        if dw_blocked:
+            qt0, pt0 = depthwise_tile(info, lanes), 1
+        src.hint(f"{name}.pt", pt0)
+        pt = src.choose(f"{name}.pt", [c for c in space.small_choices(info.P, (1, 2, 3, 4)) if c <= budget] or [1])
+        src.hint(f"{name}.qt", qt0)
+        # the heuristic's width is offered too: a row of 17 or 23 columns is one register tile, where a
+        # listed width leaves a guarded edge tile (1x1 200->72 at 17x17: 16 + 1 columns ran at 0.5x of 17)
+        qt = src.choose(f"{name}.qt", sorted({c for c in space.small_choices(info.Q, QT_CHOICES) + [qt0]
+                                              if c * pt <= budget}) or [1])
     # the local tile: register tiles per output row (the row's reuse of one channel block's weights)
     q_tiles = -(-info.Q // qt)
     task_weights = kb * (1 if info.depthwise else info.lane_group or info.C) * info.R * info.S
@@ -167,14 +184,16 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
     # for such a 1x1: a row's local tile reuses no weights and costs a pass of the accumulators
     # through memory (docs/decisions/051-small-1x1-local-tile-is-the-register-tile.md)
     # (and a lane-grouped conv: its whole reduction is inside the register tile, below)
-    src.hint(f"{name}.q2", 1 if dw_blocked or tile_tasks_1x1 or info.lane_group else q_tiles if row_local else 1)
+    # (the columns form: its local tile is its register tile, the task's weights reused across tiles from L1)
+    src.hint(f"{name}.q2", 1 if dw_blocked or tile_tasks_1x1 or info.lane_group or cols else
+             q_tiles if row_local else 1)
     q2 = src.choose(f"{name}.q2", space.level_choices(q_tiles))
     p_tiles = max(1, -(-info.P // pt))
     p_choices = space.level_choices(p_tiles)
     # the task's weights past L1 (a window over many channels): one local tile over more rows reads
     # them fewer times; else (1x1, stems) the reduction per channel block is too short to pay for
     # the accumulators' loads and stores of a local tile too large for the registers' row
-    src.hint(f"{name}.p2", 1 if info.R * info.S == 1 or task_weights < LOCAL_VALUES else
+    src.hint(f"{name}.p2", 1 if info.R * info.S == 1 or task_weights < LOCAL_VALUES or cols else
              local_rows(p_choices, q2 * qt * pt * kb, -(-info.K // kb) * -(-q_tiles // q2), p_tiles,
                         space.options.cores))
     p2 = src.choose(f"{name}.p2", p_choices)
@@ -203,8 +222,8 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
         # a window's FMAs broadcast single input elements, so the data's channel blocks need not be
         # innermost: a stem's few channels (one block) stay rows of columns, a plain padded copy
         # (vector loads and stores) instead of a transposing one
-        rows_inner = False
-        if not info.depthwise and cb >= info.C:
+        rows_inner = cols     # (the columns form loads vectors along the rows)
+        if not info.depthwise and cb >= info.C and not cols:
             src.hint(f"{name}.data_rows_inner", info.C < 16)
             rows_inner = src.choose(f"{name}.data_rows_inner", [False, True])
         # a strided 1x1 reads every stride-th row and column only: the pack copies just those (a
@@ -344,7 +363,7 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
     else:
         n_l, k_l, p_l, q_l = axes
         s, (k0, p0, q0), (k1, p1, q1) = split_all(s, [k_l, p_l, q_l], [kb, pt, qt])
-        tile = [p1, q1, k1]
+        tile = [k1, p1, q1] if cols else [p1, q1, k1]
     r, s_ = reduce[info.r_var], reduce[info.s_var]
     if info.depthwise:
         above, below = {"|rs": ([], [r, s_]), "rs|": ([r, s_], []), "r|s": ([r], [s_])}[order]
@@ -383,7 +402,7 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
             loop, first = below[-2], tiles
         s = prefetch_decision(src, f"{name}.prefetch_{info.weights}", s, w_stream, loop,
                               0 if quiet else CONV_PREFETCH, first=first)
-    fmas = pt * qt * m
+    fmas = pt * m * (kb if cols else qt)
     if below:
         last = below[-1]
         if fmas * s.extent(last) <= MAX_UNROLLED_FMAS and s.extent(last) > 1 \

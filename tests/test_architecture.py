@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import re
 
 import grimp
 import pytest
@@ -82,3 +83,14 @@ def test_modules_stay_within_the_line_budget(folder):
     over = {str(p.relative_to(ROOT)): n for p in sorted((ROOT / folder).rglob("*.py"))
             if (n := len(p.read_text().splitlines())) > LINE_BUDGET}
     assert not over, f"modules over {LINE_BUDGET} lines (split them by concept): {over}"
+
+
+def test_every_decision_note_is_indexed_and_every_cited_note_exists():
+    # a default's code comment cites its note by path: a renamed note would leave the reason unreachable
+    notes = ROOT / "docs" / "decisions"
+    index = (notes / "README.md").read_text()
+    unindexed = [p.name for p in sorted(notes.glob("[0-9][0-9][0-9]-*.md")) if f"({p.name})" not in index]
+    assert not unindexed, f"decision notes missing from docs/decisions/README.md: {unindexed}"
+    cited = {m for folder in PACKAGES + ("benchmarks", "tests") for p in (ROOT / folder).rglob("*.py")
+             for m in re.findall(r"docs/decisions/(\d{3}-[\w.-]+?\.md)", p.read_text())}
+    assert cited and not sorted(c for c in cited if not (notes / c).exists())

@@ -22,7 +22,9 @@ and :func:`tile_conv` schedules one, every tunable value a decision:
 - a 1x1 convolution is the same nest without a window: a matrix product on the blocked layout; one
   with a stride packs only the rows and columns it reads (``pack(..., strides=...)``) and runs
   stride 1 on that copy (docs/decisions/034-subsampled-strided-1x1-pack.md);
-- pooling may instead run on the NCHW rows without channel blocks (``schedules/pool_rows.py``).
+- pooling may instead run on the NCHW rows without channel blocks (``schedules/pool_rows.py``), and a
+  row-major conv with weights on vectors of output columns, rows of output channels
+  (``schedules/conv_columns.py``, decision 088);
 - a blocked depthwise conv tiles one channel block by a row of at most 8 vectors (:func:`depthwise_tile`),
   each tile a task, its padding copied per task (docs/decisions/037-blocked-depthwise.md and
   049-depthwise-window-unrolls-whole.md).

@@ -383,6 +383,47 @@ def resnext_g32_14(batch: int = 1) -> onnx.ModelProto:
     return resnext_block(batch=batch, channels=512, groups=32, size=14)
 
 
+def espcn(batch: int = 1, size: int = 128, channels: int = 1, upscale: int = 2, seed: int = 0,
+          opset: int = 13) -> onnx.ModelProto:
+    """An ESPCN super-resolution net: a 5x5 conv to 64 channels and a 3x3 to 32 (Tanh after each), a 3x3 conv
+    to ``channels * upscale**2`` and DepthToSpace: its last conv writes few channels, row-major."""
+    m = ModelMaker(seed, opset)
+    x, c = "input", channels
+    for i, (co, k) in enumerate(((64, 5), (32, 3), (channels * upscale ** 2, 3))):
+        w = m.weight(f"conv{i}.weight", (co, c, k, k), math.sqrt(1 / (c * k * k)))
+        x = m.node("Conv", [x, w, m.weight(f"conv{i}.bias", (co,), 0.1)], f"/conv{i}", kernel_shape=[k, k],
+                   pads=[k // 2] * 4)
+        if i < 2:
+            x = m.node("Tanh", [x], f"/tanh{i}")
+        c = co
+    x = m.node("DepthToSpace", [x], "/shuffle", blocksize=upscale, mode="CRD")
+    return m.model("espcn", (batch, channels, size, size), x, (batch, channels, size * upscale, size * upscale))
+
+
+def dncnn(batch: int = 1, size: int = 96, channels: int = 1, features: int = 32, depth: int = 5, seed: int = 0,
+          opset: int = 13) -> onnx.ModelProto:
+    """A DnCNN-style denoiser: a 3x3 conv with Relu, ``depth - 2`` 3x3 convs with BatchNorm and Relu, a 3x3 conv
+    back to ``channels`` (the noise), subtracted from the input."""
+    m = ModelMaker(seed, opset)
+    x, c = "input", channels
+    for i in range(depth):
+        co = channels if i == depth - 1 else features
+        w = m.weight(f"conv{i}.weight", (co, c, 3, 3), math.sqrt(2 / (c * 9)))
+        x = m.node("Conv", [x, w] + ([m.weight(f"conv{i}.bias", (co,), 0.1)] if i in (0, depth - 1) else []),
+                   f"/conv{i}", kernel_shape=[3, 3], pads=[1] * 4)
+        if 0 < i < depth - 1:
+            bn = [m.init(f"bn{i}.{k}", np.asarray(v, np.float32)) for k, v in (("scale", 1 + 0.1 * m.rng.standard_normal(co)),
+                                                        ("bias", 0.1 * m.rng.standard_normal(co)),
+                                                        ("mean", 0.1 * m.rng.standard_normal(co)),
+                                                        ("var", 1 + 0.1 * m.rng.random(co)))]
+            x = m.node("BatchNormalization", [x] + [b for b in bn], f"/bn{i}")
+        if i < depth - 1:
+            x = m.node("Relu", [x], f"/relu{i}")
+        c = co
+    x = m.node("Sub", ["input", x], "/residual")
+    return m.model("dncnn", (batch, channels, size, size), x, (batch, channels, size, size))
+
+
 def unet_up(batch: int = 2, channels: int = 64, size: int = 28, seed: int = 0, opset: int = 13) -> onnx.ModelProto:
     """A UNet decoder step: ConvTranspose (k2 s2, halving the channels), Concat with a skip tensor
     (here the input upsampled by Resize nearest, a 1x1 conv to match), 3x3 conv + Relu."""

@@ -236,7 +236,9 @@ def test_scatter_and_gather_nd_with_known_indices():
                                           ("se_block", dict(channels=16, size=11)),
                                           ("densenet_block", dict(channels=16, growth=12, layers=2, size=10)),
                                           ("squeezenet", dict(size=33, classes=40)),
-                                          ("vgg_small", dict(height=16, width=24, classes=10))])
+                                          ("vgg_small", dict(height=16, width=24, classes=10)),
+                                          ("espcn", dict(size=19, channels=3, upscale=3)),
+                                          ("dncnn", dict(size=21, channels=3, features=16, depth=4))])
 def test_new_builders_match_onnxruntime(name, kwargs):
     models = pytest.importorskip("tests.onnx_models")
     model = getattr(models, name)(**kwargs)

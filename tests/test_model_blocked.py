@@ -10,6 +10,7 @@ onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from graph.lower.core import block_of, from_storage, to_storage  # noqa: E402
+from graph.lower import layout  # noqa: E402
 from graph.lower.layout import out_block, out_blocks  # noqa: E402
 from schedules import Schedule  # noqa: E402
 from schedules.conv_space import find_convs  # noqa: E402
@@ -233,10 +234,12 @@ def _input_residual_net(channels):
 
 
 @pytest.mark.parametrize("channels", [32, 20])
-def test_a_row_major_residual_is_copied_into_the_block_once(channels):
+def test_a_row_major_residual_is_copied_into_the_block_once(channels, monkeypatch):
     # decision 069: the adds read the graph input through its layout, a strided gather per vector
     # (ResNeXt-like block at 56x56: its 1x1 + Add step 2.05 -> 1.55 ms at 1 thread on znver3)
     n, out = _input_residual_net(channels)
+    _check(n.model([out]))         # (20 channels: the 3x3 and its 1x1 are computed row-major, decision 089)
+    monkeypatch.setattr(layout, "FEW_CHANNEL_WINDOWS_ROW_MAJOR", False)
     plan = plan_graph(load(n.model([out])))
     (copy,) = [g for g in plan.groups if g.nodes[0].op == "Identity" and g.inputs == ("x",)]
     block = block_of(plan.layouts[copy.outputs[0]])
@@ -247,3 +250,35 @@ def test_a_row_major_residual_is_copied_into_the_block_once(channels):
     assert all("x" not in g.inputs for g in plan.groups if g is not copy)
     _check(n.model([out]))
     _check(n.model([out]), threads=2)
+
+
+def _few_channel_net(wide_window: bool):
+    """A DenseNet layer twice (1x1 to 48 + Relu, 3x3 to 12, concat with its input), or with ``wide_window``
+    an ESPCN-like tail (3x3 to 32 + Relu, 3x3 to 12)."""
+    n = Net([1, 16, 14, 16])
+    if wide_window:
+        a = n.op("Relu", [n.conv("x", 16, 32, 3, pads=(1, 1, 1, 1))])
+        return n, n.conv(a, 32, 12, 3, pads=(1, 1, 1, 1))
+    x, c = "x", 16
+    for _ in range(2):
+        a = n.op("Relu", [n.conv(x, c, 48, 1)])
+        x, c = n.op("Concat", [x, n.conv(a, 48, 12, 3, pads=(1, 1, 1, 1))], axis=1), c + 12
+    return n, x
+
+
+@pytest.mark.parametrize("rule", [True, False])
+def test_few_channel_window_convs_stay_row_major_where_their_producers_run_as_fast_so(rule, monkeypatch):
+    # decision 089: a 3x3 to 12 channels (12 of 16 lanes; 16 columns fill theirs) runs on vectors of columns,
+    # row-major, and so do the 1x1s that feed it; after a 3x3 of 32 channels it stays blocked
+    monkeypatch.setattr(layout, "FEW_CHANNEL_WINDOWS_ROW_MAJOR", rule)
+    for wide in (False, True):
+        n, out = _few_channel_net(wide)
+        plan = plan_graph(load(n.model([out])))
+        convs = [g for g in plan.groups if any(nd.op == "Conv" for nd in g.nodes)]
+        blocked_outs = [bool(block_of(plan.layouts.get(g.outputs[0]))) for g in convs]
+        few = rule and layout.Target.host().lanes32 >= 16    # (8 lanes: only channels within one vector)
+        if wide:
+            assert blocked_outs == [True, True]
+        else:
+            assert blocked_outs == [not few] * 4
+        _check(n.model([out]))

@@ -193,6 +193,71 @@ def row_fits(block: int, width: int, lanes: int) -> bool:
 # where blocked groups read it: its register tile is channel-innermost, so a row-major output is a transposing
 # copy; False: row-major (docs/decisions/087-stem-outputs-are-blocked.md)
 STEM_OUTPUTS_BLOCKED = True
+# a window conv whose output channels fill their vectors no better than its output columns would, and not whole
+# vectors, is computed row-major (the convolution rule's columns form vectorizes its output columns, decision 088)
+# where its data is row-major or comes from groups as fast row-major; False: blocked
+# (docs/decisions/089-few-channel-windows-stay-row-major.md)
+FEW_CHANNEL_WINDOWS_ROW_MAJOR = True
+
+
+def columns_conv(k: int, width: int, taps: int, lanes: int) -> bool:
+    """Whether a group-1 conv to ``k`` channels over output rows of ``width`` with ``taps`` window taps is
+    computed row-major on vectors of columns: a window (``taps`` > 1; a row-major 1x1 is a product over its
+    positions, decision 081) whose ``k`` channels are not whole vectors and fill theirs no better than its
+    columns fill theirs; with 8 lanes (16 registers) only ``k`` within one vector, as the rule's start takes
+    the columns form there (schedules/conv_columns.py)."""
+    def fill(n):
+        return n / (-(-n // lanes) * lanes)
+    if not FEW_CHANNEL_WINDOWS_ROW_MAJOR or taps == 1 or k % lanes == 0 or (lanes < 16 and k > lanes):
+        return False
+    return fill(width) >= fill(k)
+
+
+def _columns_group(graph: Graph, group) -> bool:
+    """Whether a group is anchored by a group-1 conv (not a stem) that :func:`columns_conv` computes row-major."""
+    found = _anchor_types(graph, group)
+    if found is None or found[0].attr("group", 1) != 1:
+        return False
+    _, t, x, w = found
+    return conv_block(x.shape[1]) >= 8 and columns_conv(t.shape[1], t.shape[3], w.shape[2] * w.shape[3],
+                                                        Target.host().lanes32)
+
+
+def _pointwise_group(graph: Graph, group) -> bool:
+    """Whether a group is anchored by a group-1 1x1 conv: computed row-major, a product over its positions
+    (decision 081), about as fast as blocked."""
+    found = _anchor_types(graph, group)
+    return found is not None and found[0].attr("group", 1) == 1 and found[3].shape[2] * found[3].shape[3] == 1
+
+
+def columns_groups(graph: Graph, groups: list) -> set:
+    """Ids of the groups computed row-major on vectors of columns (:func:`columns_conv`): those whose data is
+    computed, back to graph inputs, only by elementwise, concat or pooling groups, 1x1 convs and other such
+    groups. A row-major conv needs row-major data, so its producers turn row-major too; a window conv of
+    many channels among them would run slower so (an ESPCN's last conv to 4 channels turned the whole
+    net row-major: 2.3x as long), and the conv stays blocked."""
+    producer = {v: g for g in groups for v in g.outputs}
+    chosen = {id(g) for g in groups if _columns_group(graph, g)}
+    while True:
+        drop = set()
+        for g in groups:
+            if id(g) not in chosen:
+                continue
+            todo, seen = [next(n for n in g.nodes if n.op == "Conv").inputs[0]], set()
+            while todo and id(g) not in drop:
+                p = producer.get(todo.pop())
+                if p is None or id(p) in seen or (id(p) in chosen and p is not g):
+                    continue
+                seen.add(id(p))
+                if _is_conv_group(p) and not _pointwise_group(graph, p):
+                    drop.add(id(g))
+                elif _is_conv_group(p):
+                    todo.append(next(n for n in p.nodes if n.op in ("Conv", "ConvTranspose")).inputs[0])
+                else:
+                    todo.extend(v for v in p.inputs if v not in graph.constants)
+        if not drop:
+            return chosen
+        chosen -= drop
 
 
 def _plain_conv_block(graph: Graph, group, stem: bool):
@@ -259,7 +324,9 @@ def choose_blocked(graph: Graph, groups: list) -> dict:
     for g in groups:
         for v in g.inputs:
             readers.setdefault(v, []).append(g)
-    conv_block = {id(g): _plain_conv_block(graph, g, stem=False) or _blocked_grouped(graph, g) for g in groups}
+    columns = columns_groups(graph, groups)
+    conv_block = {id(g): None if id(g) in columns else _plain_conv_block(graph, g, stem=False)
+                  or _blocked_grouped(graph, g) for g in groups}
     # a stem reads row-major data (so it counts as a row-major conv below) but may write blocks
     stems = {id(g): STEM_OUTPUTS_BLOCKED and _plain_conv_block(graph, g, stem=True) for g in groups}
     # a depthwise conv computes blocked in its input's block (channels map one to one), or relays a

@@ -472,14 +472,20 @@ def se_block(batch: int = 1, channels: int = 24, expansion: int = 4, size: int =
 
 
 def by_name(name: str) -> onnx.ModelProto:
-    """The model a benchmark names: a builder of this module called with its defaults, or
+    """The model a benchmark names: a builder of this module called with its defaults (or
+    ``name:key=value,...``, integer arguments: ``densenet_block:growth=24,size=28``), or
     ``gconv:C,K,H,G[,S[,R]]`` (``/`` also separates): :func:`grouped_conv` with C -> K channels at
     H x H in G groups (1: a plain conv), stride S, an R x R window."""
     if name.startswith("gconv:"):
         c, k, h, g, *rest = (int(v) for v in name[6:].replace("/", ",").split(","))
         return grouped_conv(channels=c, out_channels=k, size=h, groups=g, stride=rest[0] if rest else 1,
                             kernel=rest[1] if len(rest) > 1 else 3)
+    name, _, args = name.partition(":")
     builder = globals().get(name)
     if name.startswith("_") or name == "by_name" or not inspect.isfunction(builder) or builder.__module__ != __name__:
         raise ValueError(f"no model {name!r} in tests/onnx_models.py")
-    return builder()
+    try:
+        kwargs = {k: int(v) for k, v in (kv.split("=") for kv in args.replace("/", ",").split(",") if kv)}
+    except ValueError:
+        raise ValueError(f"model {name!r}: arguments {args!r} are not key=integer pairs") from None
+    return builder(**kwargs)

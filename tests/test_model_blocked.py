@@ -282,3 +282,14 @@ def test_few_channel_window_convs_stay_row_major_where_their_producers_run_as_fa
         else:
             assert blocked_outs == [not few] * 4
         _check(n.model([out]))
+
+
+def test_a_window_conv_is_computed_on_columns_where_its_row_carries_more_per_vector_piece():
+    # decision 089 (16 lanes): 12 channels are 8 + 4 lanes (6 per piece); 36 columns 16 + 16 + 4 (12)
+    assert layout.columns_conv(12, 36, 9, 16) and layout.columns_conv(4, 128, 9, 16)
+    assert not layout.columns_conv(12, 14, 9, 16)       # 16 + 8 + 4 + 2: fewer columns per piece
+    assert not layout.columns_conv(24, 28, 9, 16)       # 16 + 8 channels: 12 per piece, 28 columns 9.3
+    assert not layout.columns_conv(12, 20, 9, 16)       # the start keeps vectors of channels there (088)
+    assert not layout.columns_conv(32, 64, 9, 16) and not layout.columns_conv(12, 36, 1, 16)
+    # 8 lanes: only channels within one vector
+    assert layout.columns_conv(4, 64, 9, 8) and not layout.columns_conv(12, 64, 9, 8)

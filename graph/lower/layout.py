@@ -204,15 +204,15 @@ def columns_conv(k: int, width: int, taps: int, lanes: int) -> bool:
     """Whether a group-1 conv to ``k`` channels over output rows of ``width`` with ``taps`` window taps is
     computed row-major on vectors of columns: a window (``taps`` > 1; a row-major 1x1 is a product over its
     positions, decision 081) whose block of output channels carries fewer channels per vector piece
-    (:func:`lanes_per_piece`) than its output row carries columns; with 8 lanes (16 registers) only ``k``
-    within one vector, as the rule's start takes the columns form there (schedules/conv_columns.py).
-    DenseNet blocks: growth 12 (8 + 4 lanes) at 36 or 56 columns ran 1.23-1.26x as fast row-major; growth
-    20 at 20 columns and 24 at 28, with more channels per piece than columns, 0.6x."""
+    (:func:`lanes_per_piece`) than its output row carries columns, and whose columns fill whole vectors as
+    well as its channels (the convolution rule's start then takes the columns form, schedules/conv_columns.py);
+    with 8 lanes (16 registers) only ``k`` within one vector, as that start requires there. DenseNet blocks:
+    growth 12 (8 + 4 lanes) at 32-56 columns ran 1.22-1.41x as fast row-major; growth 20 at 20 columns and
+    24 at 28, with at least as many channels per piece as columns, 0.6x."""
     def fill(n):
         return n / (-(-n // lanes) * lanes)
     if not FEW_CHANNEL_WINDOWS_ROW_MAJOR or taps == 1 or k % lanes == 0 or (lanes < 16 and k > lanes):
         return False
-    # (and where the rule's start takes the columns form: whole vectors filled at least as well)
     return fill(width) >= fill(k) and lanes_per_piece(width, lanes) > lanes_per_piece(out_block(k, width, lanes), lanes)
 
 

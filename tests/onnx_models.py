@@ -373,6 +373,20 @@ def grouped_conv(channels: int = 128, out_channels: int | None = None, size: int
     return m.model("grouped_conv", (batch, channels, size, size), y, (batch, k, out, out))
 
 
+def conv1d(channels: int = 64, out_channels: int = 64, length: int = 1000, kernel: int = 3, stride: int = 1,
+           dilation: int = 1, groups: int = 1, batch: int = 1, seed: int = 0, opset: int = 13) -> onnx.ModelProto:
+    """One 1-d conv (biased, ``kernel`` taps, padding ``dilation * (kernel // 2)``) and its Relu: an audio or
+    sequence model's layer."""
+    m = ModelMaker(seed, opset)
+    w = m.weight("conv.weight", (out_channels, channels // groups, kernel), math.sqrt(2 / (channels // groups * kernel)))
+    pad = dilation * (kernel // 2)
+    y = m.node("Relu", [m.node("Conv", ["input", w, m.weight("conv.bias", (out_channels,), 0.1)], "/conv",
+                               kernel_shape=[kernel], pads=[pad, pad], strides=[stride], dilations=[dilation],
+                               group=groups)], "/relu")
+    out = (length + 2 * pad - dilation * (kernel - 1) - 1) // stride + 1
+    return m.model("conv1d", (batch, channels, length), y, (batch, out_channels, out))
+
+
 def resnext_g32_56(batch: int = 1) -> onnx.ModelProto:
     """ResNeXt-50 (32x4d)'s first-stage bottleneck width: 128 channels at 56x56 in 32 groups of 4."""
     return resnext_block(batch=batch, channels=128, groups=32, size=56)

@@ -373,6 +373,49 @@ def grouped_conv(channels: int = 128, out_channels: int | None = None, size: int
     return m.model("grouped_conv", (batch, channels, size, size), y, (batch, k, out, out))
 
 
+def shufflenet_unit(batch: int = 1, channels: int = 116, size: int = 28, seed: int = 0, opset: int = 13) -> onnx.ModelProto:
+    """A ShuffleNet-V2 unit (stride 1): the channels split in halves, one half through 1x1 + Relu, depthwise
+    3x3, 1x1 + Relu, concatenated with the other, then the channel shuffle (Reshape, Transpose, Reshape)."""
+    m = ModelMaker(seed, opset)
+    half = channels // 2
+
+    def conv(x, scope, k, group=1):
+        w = m.weight(f"{scope}.weight", (half, half // group, k, k), math.sqrt(2 / (half // group * k * k)))
+        return m.node("Conv", [x, w, m.weight(f"{scope}.bias", (half,), 0.1)], f"/{scope}", kernel_shape=[k, k],
+                      pads=[k // 2] * 4, group=group)
+    a, b = m.node("Split", ["input", m.ints("split", [half, half])], "/split", outputs=2, axis=1)
+    y = m.node("Relu", [conv(b, "branch.0", 1)], "/branch/relu0")
+    y = m.node("Relu", [conv(conv(y, "branch.1", 3, group=half), "branch.2", 1)], "/branch/relu1")
+    y = m.node("Concat", [a, y], "/concat", axis=1)
+    y = m.node("Reshape", [y, m.ints("shuffle.shape0", [batch, 2, half, size, size])], "/shuffle/reshape0")
+    y = m.node("Transpose", [y], "/shuffle/transpose", perm=[0, 2, 1, 3, 4])
+    y = m.node("Reshape", [y, m.ints("shuffle.shape1", [batch, channels, size, size])], "/shuffle/reshape1")
+    return m.model("shufflenet_unit", (batch, channels, size, size), y, (batch, channels, size, size))
+
+
+def convnext_block(batch: int = 1, channels: int = 96, size: int = 28, seed: int = 0, opset: int = 17) -> onnx.ModelProto:
+    """A ConvNeXt block as exported: depthwise 7x7, to channels-last (Transpose), LayerNormalization, a 4x
+    MatMul + bias, exact GELU (Erf), MatMul back + bias, to channels-first, residual Add."""
+    m = ModelMaker(seed, opset)
+    c = channels
+    w = m.weight("dwconv.weight", (c, 1, 7, 7), math.sqrt(2 / 49))
+    y = m.node("Conv", ["input", w, m.weight("dwconv.bias", (c,), 0.1)], "/dwconv", kernel_shape=[7, 7], pads=[3] * 4,
+               group=c)
+    y = m.node("Transpose", [y], "/permute0", perm=[0, 2, 3, 1])
+    y = m.node("LayerNormalization", [y, m.weight("norm.weight", (c,), 0.1), m.weight("norm.bias", (c,), 0.1)],
+               "/norm", axis=-1, epsilon=1e-6)
+    y = m.node("Add", [m.node("MatMul", [y, m.weight("pwconv1.weight", (c, 4 * c), 1 / math.sqrt(c))], "/pwconv1"),
+                       m.weight("pwconv1.bias", (4 * c,), 0.1)], "/pwconv1/add")
+    gelu = m.node("Add", [m.node("Erf", [m.node("Div", [y, m.scalar("sqrt2", math.sqrt(2))], "/act/div")], "/act/erf"),
+                          m.scalar("one", 1.0)], "/act/add")
+    y = m.node("Mul", [m.node("Mul", [y, gelu], "/act/mul0"), m.scalar("half", 0.5)], "/act/mul1")
+    y = m.node("Add", [m.node("MatMul", [y, m.weight("pwconv2.weight", (4 * c, c), 1 / math.sqrt(4 * c))], "/pwconv2"),
+                       m.weight("pwconv2.bias", (c,), 0.1)], "/pwconv2/add")
+    y = m.node("Transpose", [y], "/permute1", perm=[0, 3, 1, 2])
+    y = m.node("Add", ["input", y], "/residual")
+    return m.model("convnext_block", (batch, c, size, size), y, (batch, c, size, size))
+
+
 def conv1d(channels: int = 64, out_channels: int = 64, length: int = 1000, kernel: int = 3, stride: int = 1,
            dilation: int = 1, groups: int = 1, batch: int = 1, seed: int = 0, opset: int = 13) -> onnx.ModelProto:
     """One 1-d conv (biased, ``kernel`` taps, padding ``dilation * (kernel // 2)``) and its Relu: an audio or
@@ -488,8 +531,10 @@ def se_block(batch: int = 1, channels: int = 24, expansion: int = 4, size: int =
 def by_name(name: str) -> onnx.ModelProto:
     """The model a benchmark names: a builder of this module called with its defaults (or
     ``name:key=value,...``, integer arguments: ``densenet_block:growth=24,size=28``), or
-    ``gconv:C,K,H,G[,S[,R]]`` (``/`` also separates): :func:`grouped_conv` with C -> K channels at
+    an ONNX file (a name ending in ``.onnx``), or ``gconv:C,K,H,G[,S[,R]]`` (``/`` also separates): :func:`grouped_conv` with C -> K channels at
     H x H in G groups (1: a plain conv), stride S, an R x R window."""
+    if name.endswith(".onnx"):
+        return onnx.load(name)
     if name.startswith("gconv:"):
         c, k, h, g, *rest = (int(v) for v in name[6:].replace("/", ",").split(","))
         return grouped_conv(channels=c, out_channels=k, size=h, groups=g, stride=rest[0] if rest else 1,

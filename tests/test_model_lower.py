@@ -302,3 +302,19 @@ def test_an_attribute_the_kernel_dtype_cannot_hold_is_a_lowering_error():
     g = graph_of(lambda b, x: b.op("Clip", [x], max=2.5, name="clip"), {"x": x})
     with pytest.raises(LoweringError, match=r"node clip \(Clip\)"):
         lower_group(g, fuse(g)[0])
+
+
+@pytest.mark.parametrize("out_shape, in_shape", [((116, 28, 28), (2, 58, 28, 28)), ((1, 58, 2, 3, 3), (1, 116, 3, 3)),
+                                                  ((2, 3, 4), (4, 3, 2)), ((6, 1, 4), (1, 24, 1)), ((12, 10), (2, 6, 5, 2)),
+                                                  ((2, 2, 3, 5), (4, 15)), ((5,), (5, 1, 1)), ((1, 5, 1), (5,))])
+def test_a_reshape_reads_what_numpy_reshapes_and_keeps_the_axes_it_does_not_touch(out_shape, in_shape):
+    import itertools
+    from graph.lower.shape import reshape_index
+    a = np.arange(math.prod(in_shape)).reshape(in_shape)
+    b = a.reshape(out_shape)
+    for idx in itertools.product(*[range(d) for d in out_shape]):
+        got = tuple(int(getattr(g, "value", g)) for g in reshape_index(list(idx), out_shape, in_shape))
+        assert a[got] == b[idx]
+    # a channel shuffle's rows and columns map to themselves: no division by the plane per lane
+    c, h, w = te.Var("c"), te.Var("h"), te.Var("w")
+    assert reshape_index([c, h, w], (116, 28, 28), (2, 58, 28, 28))[2:] == [h, w]

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 from schedules.lowering.checks import MAX_VECTOR_LANES
 from tensorir.te import AxisKind
+from tensorir.te.expr import Binary, BinOp, Const
 from tensorir.tir.analysis.affine import mentions
 
 from .conv_space import find_convs, tile_conv
@@ -82,6 +83,30 @@ class SpaceOptions:
 
 def _divisors(n: int, limit: int) -> list:
     return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
+
+
+# a row reduction over a blocked layout's channels (``X[k // B, ..., k % B]``) is factored too, in partials
+# that divide the block; False: only reductions whose reads index their last axis by ``k`` (decision 016)
+BLOCKED_ROW_RFACTOR = True
+
+
+def _row_block(reads, k):
+    """How the reads of a row reduction over ``k`` walk the contiguous axis: 0 where each read's last index
+    is ``k`` and no other index mentions it; ``B`` where the last index is ``k % B`` and the others mention
+    ``k`` only as ``k // B`` (a blocked layout's channels); else None."""
+    block = 0
+    for r in reads:
+        *outer, last = r.indices
+        if last == k and not any(mentions(i, k) for i in outer):
+            continue
+        if not (BLOCKED_ROW_RFACTOR and isinstance(last, Binary) and last.op is BinOp.MOD and last.a == k
+                and isinstance(last.b, Const)):
+            return None
+        b = int(last.b.value)
+        if block not in (0, b) or any(mentions(i, k) and i != k // b for i in outer):
+            return None
+        block = b
+    return block
 
 
 class GeneratedSpace:
@@ -406,11 +431,12 @@ class GeneratedSpace:
             return 0
         k, extent = st.root_vars[reduce[0]], st.loops[reduce[0]].extent
         reads = [r for r in st.reads() if any(mentions(i, k) for i in r.indices)]
-        if not reads or any(mentions(i, k) for r in reads for i in r.indices[:-1]) \
-                or not all(r.indices[-1] == k for r in reads):
+        block = _row_block(reads, k)
+        if not reads or block is None:
             return 0
         lanes = self.lanes(st.dtype)
-        choices = [0] + [m * lanes for m in (1, 2, 4) if m * lanes <= extent]
+        # (a blocked layout's rows: partials that divide the block keep each one's lanes in one block)
+        choices = [0] + [m * lanes for m in (1, 2, 4) if m * lanes <= extent and (not block or block % (m * lanes) == 0)]
         if len(choices) == 1:
             return 0
         src.hint(f"{st.name}.rfactor", lanes)

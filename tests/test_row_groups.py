@@ -156,3 +156,30 @@ def test_a_block_of_rows_computes_only_its_rows(shape, axis):
     y = np.full(shape, np.nan, np.float32)
     build(sch.lower())(x, y)
     np.testing.assert_allclose(y, numpy_softmax(x, axis), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("channels, block", [(96, 32), (48, 16)])
+def test_a_layer_norm_over_blocked_channels_factors_its_reductions_into_vectors(channels, block):
+    # a ConvNeXt block's LayerNorm over the channels of a depthwise conv's blocked output: its mean and
+    # variance read X[k // B, ..., k % B]; factored in partials that divide the block (0.152 -> 0.026 ms)
+    from graph.lower.core import blocked, to_storage
+    b = GraphBuilder("t")
+    x = b.input("x", (1, channels, 5, 7), "float32")
+    scale, bias = (RNG.standard_normal(channels).astype(np.float32) for _ in range(2))
+    t = b.op("Transpose", [x], perm=[0, 2, 3, 1])
+    g = b.build([b.op("LayerNormalization", [t, b.constant(None, scale), b.constant(None, bias)], axis=3,
+                      epsilon=1e-5)])
+    (group,) = fuse(g)
+    lw = lower_group(g, group, {"x": blocked(block)})
+    space = GeneratedSpace(list(lw.tensors))
+    d = space.default_decisions()
+    assert sorted(v for k, v in d.items() if k.endswith(".rfactor")) == [16, 16]
+    xv = RNG.standard_normal((1, channels, 5, 7)).astype(np.float32)
+    args = [to_storage(xv, blocked(block)) if kind == "value" and what == "x" else
+            np.ascontiguousarray(g.constants[what] if kind == "value" else what, np.float32) for kind, what in lw.params]
+    y = np.full((1, 5, 7, channels), np.nan, np.float32)
+    build(space.apply(FixedDecisions(d)).lower())(*args, y)
+    xt = xv.transpose(0, 2, 3, 1)
+    mean = xt.mean(-1, keepdims=True)
+    var = ((xt - mean) ** 2).mean(-1, keepdims=True)
+    np.testing.assert_allclose(y, (xt - mean) / np.sqrt(var + 1e-5) * scale + bias, rtol=1e-4, atol=1e-4)

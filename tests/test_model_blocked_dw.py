@@ -129,3 +129,22 @@ def test_depthwise_register_tile(q, kb, lanes, want):
     from schedules.conv_match import ConvInfo
     info = ConvInfo("y", "x", None, "w", True, kb, kb, q, q, 3, 3, "", "r", "s", "", True, kb, kb)
     assert depthwise_tile(info, lanes) == want
+
+
+@pytest.mark.parametrize("rule", [True, False])
+def test_a_depthwise_conv_relaying_row_major_data_into_blocks_pads_it_once(rule, monkeypatch):
+    # a ConvNeXt block's 7x7 depthwise reads the graph input (row-major) and writes blocks for its
+    # LayerNorm: per task, its padded copy gathered 7 x 10 columns across the planes for 4 outputs
+    from schedules import conv_space
+    from schedules.space import GeneratedSpace
+    from tests.onnx_models import convnext_block
+    monkeypatch.setattr(conv_space, "RELAYOUT_PADS_AT_ROOT", rule)
+    n = Net([1, 32, 12, 13])
+    y = n.conv(n.op("Relu", [n.conv("x", 32, 32, 7, pads=(3, 3, 3, 3), group=32)]), 32, 32, 1)
+    for model in (convnext_block(channels=32, size=12), n.model([y])):
+        plan = plan_graph(load(model))
+        starts = [GeneratedSpace(list(lw.tensors)).default_decisions() for lw in plan.lowered]
+        # (each model's depthwise conv reads its graph input)
+        assert [v for d in starts for k, v in d.items() if k.endswith(".pad_at")] == ["root" if rule else "task"]
+    _check(n.model([y]))
+    _check(n.model([y]), threads=2)

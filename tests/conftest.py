@@ -80,6 +80,18 @@ def run_schedule(sch, seed=0):
     return ins, outs
 
 
+def check_workload(sch, workload: str, params: dict, seed: int = 1):
+    """Build schedule ``sch`` of registered workload ``workload`` and compare its outputs with the
+    workload's numpy reference on seeded inputs."""
+    from tensorir.ops.registry import get_workload
+    w = get_workload(workload)
+    ins = w.inputs(seed=seed, **params)
+    outs = [np.full(t.shape, np.nan, t.dtype) for t in sch.tensors if not t.is_placeholder]
+    sch.build()(*ins, *outs)
+    for got, ref in zip(outs, w.reference(ins, **params)):
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
 def check_against_evaluator(sch, rtol=1e-4, atol=1e-4, seed=0):
     """The scheduled kernel computes what the numpy evaluator of the tensor expression computes."""
     from tensorir.te.evaluate import evaluate

@@ -11,18 +11,14 @@ from schedules.conv_match import ConvInfo
 from schedules.conv_start import vector_registers
 from schedules.space import FixedDecisions, GeneratedSpace, RandomDecisions, SpaceOptions
 from tensorir.ops.registry import get_workload
+from tests.conftest import check_workload
 
 AVX2 = SpaceOptions(vector_bits=256, cores=2)
 AVX512 = SpaceOptions(vector_bits=512, cores=2)
 
 
 def _check(s, workload, params):
-    w = get_workload(workload)
-    ins = w.inputs(seed=3, **params)
-    outs = [np.full(t.shape, np.nan, t.dtype) for t in s.tensors if not t.is_placeholder]
-    s.build()(*ins, *outs)
-    for got, ref in zip(outs, w.reference(ins, **params)):
-        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+    check_workload(s, workload, params, seed=3)
 
 
 def _conv(**kw):

@@ -2,7 +2,6 @@
 convolutions (``pack(..., strides=...)``): numerics against numpy on shapes that fit no tile."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from schedules import Schedule
@@ -12,18 +11,14 @@ from schedules.space import FixedDecisions, GeneratedSpace, RandomDecisions, Spa
 from tensorir.codegen import codegen
 from tensorir.ops import library as ops
 from tensorir.ops.registry import get_workload
+from tests.conftest import check_workload
 
 AVX2 = SpaceOptions(vector_bits=256, cores=2)
 AVX512 = SpaceOptions(vector_bits=512, cores=2)
 
 
 def _check(s, workload, params):
-    w = get_workload(workload)
-    ins = w.inputs(seed=1, **params)
-    outs = [np.full(t.shape, np.nan, t.dtype) for t in s.tensors if not t.is_placeholder]
-    s.build()(*ins, *outs)
-    for got, ref in zip(outs, w.reference(ins, **params)):
-        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+    check_workload(s, workload, params, seed=1)
 
 
 def _pool(workload, N, C, H, W, R, stride, pad):

@@ -161,7 +161,7 @@ def test_a_block_of_rows_computes_only_its_rows(shape, axis):
 @pytest.mark.parametrize("channels, block", [(96, 32), (48, 16)])
 def test_a_layer_norm_over_blocked_channels_factors_its_reductions_into_vectors(channels, block):
     # a ConvNeXt block's LayerNorm over the channels of a depthwise conv's blocked output: its mean and
-    # variance read X[k // B, ..., k % B]; factored in partials that divide the block (0.152 -> 0.026 ms)
+    # variance read X[k // B, ..., k % B]; factored in partials that divide the block (0.151 -> 0.026 ms)
     from graph.lower.core import blocked, to_storage
     b = GraphBuilder("t")
     x = b.input("x", (1, channels, 5, 7), "float32")

@@ -249,7 +249,7 @@ def columns_groups(graph: Graph, groups: list) -> set:
             todo, seen = [next(n for n in g.nodes if n.op == "Conv").inputs[0]], set()
             while todo and id(g) not in drop:
                 p = producer.get(todo.pop())
-                if p is None or id(p) in seen or (id(p) in chosen and p is not g):
+                if p is None or id(p) in seen or id(p) in chosen:
                     continue
                 seen.add(id(p))
                 if _is_conv_group(p) and not _pointwise_group(graph, p):

@@ -90,6 +90,25 @@ def _divisors(n: int, limit: int) -> list:
 BLOCKED_ROW_RFACTOR = True
 
 
+# a pool or reduction over a blocked layout whose block is not whole vectors (40 = 16 + 16 + 8 channels, decision
+# 086) takes the block as its vector tile; False: whole vectors only, so the start packs the input into panels of
+# 32 lanes (docs/decisions/092-pools-tile-whole-odd-blocks.md)
+WHOLE_BLOCK_TILES = True
+
+
+def _whole_block(st, vec_axis: str, n: int, lanes: int) -> int:
+    """``n`` where the anchor's vector axis walks a whole block of ``n`` lanes that whole vectors do not
+    make, every read being along it (nothing for a row tile to reuse), else 0."""
+    if not WHOLE_BLOCK_TILES or n <= lanes or n % lanes == 0 or n > MAX_VECTOR_LANES:
+        return 0
+    v = st.root_vars[vec_axis.split(".", 1)[1]]
+    reads = st.reads()
+    if not reads or any(not r.indices or not any(mentions(i, v) for i in r.indices) for r in reads):
+        return 0
+    return n if any(getattr(r.tensor, "is_placeholder", False) and r.indices[-1] == v
+                    and r.tensor.shape[-1] == n for r in reads) else 0
+
+
 def _row_block(reads, k):
     """How the reads of a row reduction over ``k`` walk the contiguous axis: 0 where each read's last index
     is ``k`` and no other index mentions it; ``B`` where the last index is ``k % B`` and the others mention
@@ -247,7 +266,12 @@ class GeneratedSpace:
         if row_axis:
             src.hint(f"{row_axis}.t3", rows)
             hint_k_blocks(src, self.registers, row_axis, vec_axis, reduce, ext, lanes)
-        t3 = {vec_axis: src.choose(f"{vec_axis}.t3", self.vector_choices(ext[vec_axis], st.dtype))}
+        widths = self.vector_choices(ext[vec_axis], st.dtype)
+        block = _whole_block(st, vec_axis, ext[vec_axis], lanes)
+        if block:
+            widths = sorted(set(widths) | {block})
+            src.hint(f"{vec_axis}.t3", block)
+        t3 = {vec_axis: src.choose(f"{vec_axis}.t3", widths)}
         vectors = max(1, vector_registers(t3[vec_axis], lanes))     # (12 columns of 16 lanes: 8 + 4)
         budget = (self.registers - vectors - 1) // vectors   # accumulators + one row of B + a broadcast
         for lp in reversed(spatial[:-1]):

@@ -504,6 +504,17 @@ def se_block(batch: int = 1, channels: int = 24, expansion: int = 4, size: int =
     """An EfficientNet MBConv block: 1x1 expand + Swish (x * Sigmoid(x), as exported), depthwise 5x5 +
     Swish, squeeze-excitation (GlobalAveragePool, 1x1 reduce + Relu, 1x1 expand + HardSigmoid, Mul),
     1x1 project, residual Add."""
+    return _se_block("se_block", batch, channels, expansion, size, 5, seed, opset, hard=False)
+
+
+def mobilenetv3_block(batch: int = 1, channels: int = 40, expansion: int = 3, size: int = 28, kernel: int = 5,
+                      seed: int = 0, opset: int = 14) -> onnx.ModelProto:
+    """A MobileNet-V3 block: :func:`se_block` with HardSwish (opset 14) for Swish, 40 -> 120 channels by default
+    (blocks of 40 lanes: 16 + 16 + 8, decision 086)."""
+    return _se_block("mobilenetv3_block", batch, channels, expansion, size, kernel, seed, opset, hard=True)
+
+
+def _se_block(name, batch, channels, expansion, size, kernel, seed, opset, hard) -> onnx.ModelProto:
     m = ModelMaker(seed, opset)
     hidden = channels * expansion
 
@@ -514,10 +525,12 @@ def se_block(batch: int = 1, channels: int = 24, expansion: int = 4, size: int =
                       pads=[k // 2] * 4, group=group)
 
     def swish(x, scope):
+        if hard:
+            return m.node("HardSwish", [x], scope)
         return m.node("Mul", [x, m.node("Sigmoid", [x], scope + "/sigmoid")], scope + "/mul")
 
     y = swish(conv("input", "/expand", channels, hidden, 1), "/expand/swish")
-    y = swish(conv(y, "/dw", hidden, hidden, 5, hidden), "/dw/swish")
+    y = swish(conv(y, "/dw", hidden, hidden, kernel, hidden), "/dw/swish")
     s = m.node("GlobalAveragePool", [y], "/se/pool")
     s = m.node("Relu", [conv(s, "/se/reduce", hidden, max(8, hidden // 16), 1)], "/se/relu")
     s = m.node("HardSigmoid", [conv(s, "/se/expand", max(8, hidden // 16), hidden, 1)], "/se/gate",
@@ -525,7 +538,7 @@ def se_block(batch: int = 1, channels: int = 24, expansion: int = 4, size: int =
     y = conv(m.node("Mul", [y, s], "/se/scale"), "/project", hidden, channels, 1)
     y = m.node("Add", ["input", y], "/add")
     shape = (batch, channels, size, size)
-    return m.model("se_block", shape, y, shape)
+    return m.model(name, shape, y, shape)
 
 
 def by_name(name: str) -> onnx.ModelProto:

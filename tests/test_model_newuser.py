@@ -242,7 +242,8 @@ def test_scatter_and_gather_nd_with_known_indices():
                                           ("conv1d", dict(channels=12, out_channels=20, length=77, kernel=5, stride=2)),
                                           ("conv1d", dict(channels=16, out_channels=16, length=50, dilation=2, groups=16)),
                                           ("shufflenet_unit", dict(channels=24, size=9)),
-                                          ("convnext_block", dict(channels=16, size=9))])
+                                          ("convnext_block", dict(channels=16, size=9)),
+                                          ("mobilenetv3_block", dict(channels=40, size=9))])
 def test_new_builders_match_onnxruntime(name, kwargs):
     models = pytest.importorskip("tests.onnx_models")
     model = getattr(models, name)(**kwargs)

@@ -361,3 +361,34 @@ def test_a_product_with_a_partial_vector_of_columns_offers_only_rows_its_pieces_
     d = space.default_decisions({"C.i.t3": 12})
     assert d["C.i.t3"] == 12
     check_against_evaluator(space.apply(FixedDecisions(d)))
+
+
+def blocked_channel_sums(C=3, H=7, W=9, B=40):
+    """A global pool over a blocked layout whose block is not whole vectors (40 = 16 + 16 + 8 lanes)."""
+    X = te.placeholder((1, C, H, W, B), "float32", "X")
+    h, w = te.reduce_axis(H, "h"), te.reduce_axis(W, "w")
+    return [X, te.compute((1, C, 1, 1, B), lambda n, c, i, j, b: te.sum(X[n, c, h, w, b], axis=[h, w]), "S")]
+
+
+@pytest.mark.parametrize("block", [40, 24, 56])
+def test_a_pool_over_odd_blocks_takes_the_block_as_its_tile_and_packs_nothing(block, monkeypatch):
+    # decision 092: a 32-lane tile over 40-lane blocks packed the whole input into padded panels first
+    # (MobileNet-V3's pool over 120 channels: 0.069 ms, 0.005 with the block as its tile)
+    from schedules import space as space_mod
+    tensors = blocked_channel_sums(B=block)
+    d = GeneratedSpace(tensors, AVX512).default_decisions()
+    assert d["S.b.t3"] == block and d["S.pack_X"] is False
+    s = GeneratedSpace(tensors, AVX512).apply(FixedDecisions(d))
+    assert "X_pack" not in str(s.lower())
+    (x,), (out,) = run_schedule(s)
+    np.testing.assert_allclose(out, x.sum(axis=(2, 3), keepdims=True), rtol=1e-5, atol=1e-5)
+    monkeypatch.setattr(space_mod, "WHOLE_BLOCK_TILES", False)
+    old = GeneratedSpace(tensors, AVX512).default_decisions()
+    assert old["S.b.t3"] % 16 == 0 and old["S.pack_X"] is True
+
+
+def test_a_product_over_odd_columns_keeps_whole_vector_tiles():
+    # the rule is for stages that read every operand along the vector axis: a product's row operand is
+    # reused by its columns, and its start keeps decision 040's tiles
+    d = GeneratedSpace(WorkloadSpec.parse("matmul", ["M=64", "N=40", "K=64"]).tensors(), AVX512).default_decisions()
+    assert d["C.j.t3"] % 16 == 0

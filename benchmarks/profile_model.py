@@ -66,6 +66,7 @@ def _override(tensors, overrides: dict, threads: int):
     """The kernel of ``tensors``' heuristic start with decisions ending in an ``overrides`` key
     replaced, or None when it has no such decision."""
     from schedules.decisions import FixedDecisions
+    from schedules.errors import DecisionError
     from schedules.space import GeneratedSpace
     from tensorir.runtime import build as build_func
     space = GeneratedSpace(list(tensors))
@@ -74,7 +75,11 @@ def _override(tensors, overrides: dict, threads: int):
     if not hit or all(dec[k] == v for k, v in hit.items()):
         return None
     # decisions the start does not make (another path of a rule, e.g. pool_rows=False) are the heuristic's
-    schedule = space.apply(FixedDecisions({**space.default_decisions(hit), **dec, **hit}))
+    try:
+        schedule = space.apply(FixedDecisions({**space.default_decisions(hit), **dec, **hit}))
+    except DecisionError as e:      # (qt=4 where a 1x1 conv's row is one column): that group keeps its start
+        print(f"  (override not applied to {tensors[-1].name}: {e})")
+        return None
     kernel = build_func(schedule.lower())
     kernel.threads = threads
     kernel.schedule = schedule

@@ -166,6 +166,10 @@ def heuristic_tile(info: ConvInfo, lanes: int, registers: int) -> tuple:
 
 DW_ACCUMULATORS = 8   # a blocked depthwise conv's register tile, in vectors
 DW_UNROLLED_LEAST = 6  # vectors a tile keeps when narrowed so its whole window unrolls (below: not narrowed)
+# columns a tile keeps at least, however many pieces its block takes: each tile copies its padded window, and a
+# block of 40 channels (16 + 16 + 8) in tiles of 2 columns copied 5 x 6 window columns for 2 outputs; 0: the tile
+# is bounded by DW_ACCUMULATORS alone (docs/decisions/093-depthwise-tiles-keep-four-columns.md)
+DW_LEAST_COLUMNS = 4
 
 
 def depthwise_tile(info: ConvInfo, lanes: int) -> int:
@@ -178,11 +182,12 @@ def depthwise_tile(info: ConvInfo, lanes: int) -> int:
     one per column and tap) where that leaves ``DW_UNROLLED_LEAST`` vectors: a 3x3 window over 8
     columns (72 taps) keeps its rows rolled and the task's padded tile on the stack, and ran at half
     the speed of 7 columns (63 taps, all in registers); a 5x5 window unrolls only at 2 columns, too
-    few chains to hide the FMA latency (docs/decisions/049-depthwise-window-unrolls-whole.md)."""
+    few chains to hide the FMA latency (docs/decisions/049-depthwise-window-unrolls-whole.md).  A block of 3 or
+    more vector pieces still takes ``DW_LEAST_COLUMNS`` columns (decision 093)."""
     m = vector_registers(info.kb, lanes)
-    widths = range(1, max(1, DW_ACCUMULATORS // m) + 1)
+    widths = range(1, max(1, DW_ACCUMULATORS // m, DW_LEAST_COLUMNS) + 1)
     unrolled = [qt for qt in widths if qt * info.R * info.S <= REGISTER_TILE_UNROLL]
-    if unrolled and unrolled[-1] * m >= DW_UNROLLED_LEAST:
+    if unrolled and unrolled[-1] * m >= DW_UNROLLED_LEAST and unrolled[-1] >= min(DW_LEAST_COLUMNS, widths[-1]):
         widths = unrolled
     return max(widths, key=lambda qt: (round(qt * edge_share(info.Q, qt), 9), -qt))
 

@@ -111,11 +111,11 @@ def test_mobilenet_chain_matches_onnxruntime_both_ways():
     _check_model(model, blocked=False)
 
 
-def _check_model(model, blocked):
+def _check_model(model, blocked, shape=(1, 24, 20, 20)):
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    x = np.random.default_rng(2).standard_normal((1, 24, 20, 20)).astype(np.float32)
+    x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
     (want,) = sess.run(None, {"input": x})
     got = compile_model(load(model), blocked=blocked).run({"input": x})["output"]
     assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
@@ -129,6 +129,28 @@ def test_depthwise_register_tile(q, kb, lanes, want):
     from schedules.conv_match import ConvInfo
     info = ConvInfo("y", "x", None, "w", True, kb, kb, q, q, 3, 3, "", "r", "s", "", True, kb, kb)
     assert depthwise_tile(info, lanes) == want
+
+
+@pytest.mark.parametrize("q, kb, window, want, before", [(28, 40, 5, 4, 2), (28, 40, 3, 4, 2), (56, 40, 5, 4, 2),
+                                                          (28, 50, 3, 4, 2), (28, 24, 5, 4, 4), (28, 16, 5, 7, 7)])
+def test_a_depthwise_tile_of_three_pieces_keeps_four_columns(q, kb, window, want, before, monkeypatch):
+    # decision 093: a block of 40 channels is 3 vector pieces; 8 accumulators left it 2 columns, each tile copying
+    # its padded window (5 x 6 columns for 2 outputs); blocks of one or two pieces keep their tiles
+    from schedules import conv_start
+    from schedules.conv_match import ConvInfo
+    info = ConvInfo("y", "x", None, "w", True, kb, kb, q, q, window, window, "", "r", "s", "", True, kb, kb)
+    assert depthwise_tile(info, 16) == want
+    monkeypatch.setattr(conv_start, "DW_LEAST_COLUMNS", 0)
+    assert depthwise_tile(info, 16) == before
+
+
+def test_a_depthwise_block_of_three_pieces_matches_onnxruntime():
+    # 120 channels in blocks of 40 (16 + 16 + 8): the 4-column tiles of decision 093 over a 5x5 window
+    from tests.onnx_models import mobilenetv3_block
+    model = mobilenetv3_block(channels=40, size=14)
+    infos = _dw_infos(plan_graph(load(model)))
+    assert [(i.blocked, i.kb) for i in infos.values()] == [(True, 40)]
+    _check_model(model, blocked=True, shape=(1, 40, 14, 14))
 
 
 @pytest.mark.parametrize("rule", [True, False])

@@ -39,8 +39,9 @@ from dataclasses import dataclass
 
 from schedules.lowering.checks import MAX_VECTOR_LANES
 from tensorir.te import AxisKind
-from tensorir.te.expr import Binary, BinOp, Const
+from tensorir.te.expr import Binary, BinOp, Const, children
 from tensorir.tir.analysis.affine import mentions
+from tensorir.tir.transform.simplify import simplify
 
 from .conv_space import find_convs, tile_conv
 from .conv_start import positions_first, vector_registers
@@ -109,23 +110,41 @@ def _whole_block(st, vec_axis: str, n: int, lanes: int) -> int:
                     and r.tensor.shape[-1] == n for r in reads) else 0
 
 
-def _row_block(reads, k):
+# the reads of a row reduction are simplified under the loops' ranges before they are matched, so a reshaped
+# input's unravelled indices qualify (a GroupNorm exported as Reshape (1, G, -1) + InstanceNormalization reads
+# ``X[0, (i * 8192 + k) // 1024, (i * 8192 + k) // 32 % 32, (i * 8192 + k) % 32]``); False: matched as written
+# (docs/decisions/094-reshaped-row-reductions-rfactor.md)
+RESHAPED_ROW_RFACTOR = True
+
+
+def _row_block(reads, k, ranges=None):
     """How the reads of a row reduction over ``k`` walk the contiguous axis: 0 where each read's last index
     is ``k`` and no other index mentions it; ``B`` where the last index is ``k % B`` and the others mention
-    ``k`` only as ``k // B`` (a blocked layout's channels); else None."""
+    ``k`` only as ``k // C``, ``C`` a multiple of ``B`` (a blocked layout's channels, a reshape's unravelled
+    rows); else None.  With ``ranges`` (variable -> (lo, hi)) the indices are simplified first."""
     block = 0
     for r in reads:
-        *outer, last = r.indices
+        *outer, last = [simplify(i, ranges) for i in r.indices] if ranges is not None else r.indices
         if last == k and not any(mentions(i, k) for i in outer):
             continue
         if not (BLOCKED_ROW_RFACTOR and isinstance(last, Binary) and last.op is BinOp.MOD and last.a == k
                 and isinstance(last.b, Const)):
             return None
         b = int(last.b.value)
-        if block not in (0, b) or any(mentions(i, k) and i != k // b for i in outer):
+        if block not in (0, b) or not all(_above_block(i, k, b) for i in outer):
             return None
         block = b
     return block
+
+
+def _above_block(e, k, b: int) -> bool:
+    """Whether ``e`` reads ``k`` only as ``k // c`` with ``c`` a multiple of ``b`` (a blocked layout's outer
+    index ``k // b``, or a reshape's unravelled ones, ``k // 32 % 32`` and ``k // 1024`` over rows of 32)."""
+    if isinstance(e, Binary) and e.op is BinOp.FLOORDIV and e.a == k and isinstance(e.b, Const):
+        return int(e.b.value) % b == 0
+    if e == k:
+        return False
+    return all(_above_block(c, k, b) for c in children(e))
 
 
 class GeneratedSpace:
@@ -455,7 +474,8 @@ class GeneratedSpace:
             return 0
         k, extent = st.root_vars[reduce[0]], st.loops[reduce[0]].extent
         reads = [r for r in st.reads() if any(mentions(i, k) for i in r.indices)]
-        block = _row_block(reads, k)
+        ranges = {st.root_vars[n]: (0, st.loops[n].extent - 1) for n in st.root} if RESHAPED_ROW_RFACTOR else None
+        block = _row_block(reads, k, ranges)
         if not reads or block is None:
             return 0
         lanes = self.lanes(st.dtype)

@@ -416,6 +416,25 @@ def convnext_block(batch: int = 1, channels: int = 96, size: int = 28, seed: int
     return m.model("convnext_block", (batch, c, size, size), y, (batch, c, size, size))
 
 
+def groupnorm_block(batch: int = 1, channels: int = 64, size: int = 32, groups: int = 8, seed: int = 0,
+                    opset: int = 13) -> onnx.ModelProto:
+    """A diffusion UNet's residual piece with GroupNorm as PyTorch exports it: Reshape to (N, G, -1),
+    InstanceNormalization, Reshape back, per-channel Mul and Add, SiLU (x * Sigmoid(x)), 3x3 conv, residual Add."""
+    m = ModelMaker(seed, opset)
+    c = channels
+    y = m.node("Reshape", ["input", m.ints("norm.shape0", [batch, groups, -1])], "/norm/reshape0")
+    y = m.node("InstanceNormalization", [y, m.init("norm.ones", np.ones(groups, np.float32)),
+                                         m.init("norm.zeros", np.zeros(groups, np.float32))], "/norm/instance", epsilon=1e-5)
+    y = m.node("Reshape", [y, m.ints("norm.shape1", [batch, c, size, size])], "/norm/reshape1")
+    y = m.node("Add", [m.node("Mul", [y, m.weight("norm.weight", (c, 1, 1), 0.1)], "/norm/mul"),
+                       m.weight("norm.bias", (c, 1, 1), 0.1)], "/norm/add")
+    y = m.node("Mul", [y, m.node("Sigmoid", [y], "/act/sigmoid")], "/act/mul")
+    w = m.weight("conv.weight", (c, c, 3, 3), math.sqrt(2 / (c * 9)))
+    y = m.node("Conv", [y, w, m.weight("conv.bias", (c,), 0.1)], "/conv", kernel_shape=[3, 3], pads=[1] * 4)
+    y = m.node("Add", ["input", y], "/residual")
+    return m.model("groupnorm_block", (batch, c, size, size), y, (batch, c, size, size))
+
+
 def conv1d(channels: int = 64, out_channels: int = 64, length: int = 1000, kernel: int = 3, stride: int = 1,
            dilation: int = 1, groups: int = 1, batch: int = 1, seed: int = 0, opset: int = 13) -> onnx.ModelProto:
     """One 1-d conv (biased, ``kernel`` taps, padding ``dilation * (kernel // 2)``) and its Relu: an audio or

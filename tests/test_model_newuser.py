@@ -243,7 +243,9 @@ def test_scatter_and_gather_nd_with_known_indices():
                                           ("conv1d", dict(channels=16, out_channels=16, length=50, dilation=2, groups=16)),
                                           ("shufflenet_unit", dict(channels=24, size=9)),
                                           ("convnext_block", dict(channels=16, size=9)),
-                                          ("mobilenetv3_block", dict(channels=40, size=9))])
+                                          ("mobilenetv3_block", dict(channels=40, size=9)),
+                                          ("groupnorm_block", dict(channels=24, size=9, groups=4)),
+                                          ("groupnorm_block", dict(batch=2, channels=32, size=8, groups=8))])
 def test_new_builders_match_onnxruntime(name, kwargs):
     models = pytest.importorskip("tests.onnx_models")
     model = getattr(models, name)(**kwargs)

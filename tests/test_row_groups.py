@@ -183,3 +183,29 @@ def test_a_layer_norm_over_blocked_channels_factors_its_reductions_into_vectors(
     mean = xt.mean(-1, keepdims=True)
     var = ((xt - mean) ** 2).mean(-1, keepdims=True)
     np.testing.assert_allclose(y, (xt - mean) / np.sqrt(var + 1e-5) * scale + bias, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("channels, size, groups", [(64, 32, 8), (32, 16, 4), (32, 5, 4)])
+def test_a_group_norm_through_reshapes_factors_its_reductions_into_vectors(channels, size, groups, monkeypatch):
+    # GroupNorm as PyTorch exports it: Reshape (N, G, -1), InstanceNormalization. Its mean and variance read the
+    # input through the reshape's unravelled indices, ``X[0, (i * R + k) // HW, (i * R + k) // W % H, (i * R + k) % W]``,
+    # which are row-contiguous once simplified (decision 094); rows of 5 columns are not, and stay scalar
+    import onnxruntime as ort
+    from schedules import space as space_mod
+    from tests.onnx_models import groupnorm_block
+    from tuner.model_api import compile_model, load
+    from tuner.model_compile import plan_graph
+    model = groupnorm_block(channels=channels, size=size, groups=groups)
+    norm = plan_graph(load(model)).lowered[0]
+
+    def factored():
+        d = GeneratedSpace(list(norm.tensors)).default_decisions()
+        return sorted(v for k, v in d.items() if k.endswith(".rfactor") and v)
+    lanes = GeneratedSpace(list(norm.tensors)).lanes("float32")     # (8 on an AVX2 host)
+    assert factored() == ([lanes, lanes] if size % 16 == 0 else [])
+    x = RNG.standard_normal((1, channels, size, size)).astype(np.float32)
+    (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"input": x})
+    got = compile_model(load(model)).run({"input": x})["output"]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    monkeypatch.setattr(space_mod, "RESHAPED_ROW_RFACTOR", False)
+    assert factored() == []

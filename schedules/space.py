@@ -39,9 +39,7 @@ from dataclasses import dataclass
 
 from schedules.lowering.checks import MAX_VECTOR_LANES
 from tensorir.te import AxisKind
-from tensorir.te.expr import Binary, BinOp, Const, children
 from tensorir.tir.analysis.affine import mentions
-from tensorir.tir.transform.simplify import simplify
 
 from .conv_space import find_convs, tile_conv
 from .conv_start import positions_first, vector_registers
@@ -54,6 +52,8 @@ from .decisions import DecisionSource, FixedDecisions, MutatedDecisions, OptunaD
 from .schedule import Schedule
 from .matmul_start import hint_k_blocks, k_blocks, odd_row_tile, register_tile, row_axis as _row_axis
 from .tiling import fuse_parallel as _fuse_parallel, split_all as _split_all
+from . import read_walk
+from .read_walk import packable, row_block, whole_block
 
 # Columns of the vector axis one parallel task of a product spans, about (decision 011) ...
 TASK_COLUMNS = 256
@@ -84,67 +84,6 @@ class SpaceOptions:
 
 def _divisors(n: int, limit: int) -> list:
     return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
-
-
-# a row reduction over a blocked layout's channels (``X[k // B, ..., k % B]``) is factored too, in partials
-# that divide the block; False: only reductions whose reads index their last axis by ``k`` (decision 016)
-BLOCKED_ROW_RFACTOR = True
-
-
-# a pool or reduction over a blocked layout whose block is not whole vectors (40 = 16 + 16 + 8 channels, decision
-# 086) takes the block as its vector tile; False: whole vectors only, so the start packs the input into panels of
-# 32 lanes (docs/decisions/092-pools-tile-whole-odd-blocks.md)
-WHOLE_BLOCK_TILES = True
-
-
-def _whole_block(st, vec_axis: str, n: int, lanes: int) -> int:
-    """``n`` where the anchor's vector axis walks a whole block of ``n`` lanes that whole vectors do not
-    make, every read being along it (nothing for a row tile to reuse), else 0."""
-    if not WHOLE_BLOCK_TILES or n <= lanes or n % lanes == 0 or n > MAX_VECTOR_LANES:
-        return 0
-    v = st.root_vars[vec_axis.split(".", 1)[1]]
-    reads = st.reads()
-    if not reads or any(not r.indices or not any(mentions(i, v) for i in r.indices) for r in reads):
-        return 0
-    return n if any(getattr(r.tensor, "is_placeholder", False) and r.indices[-1] == v
-                    and r.tensor.shape[-1] == n for r in reads) else 0
-
-
-# the reads of a row reduction are simplified under the loops' ranges before they are matched, so a reshaped
-# input's unravelled indices qualify (a GroupNorm exported as Reshape (1, G, -1) + InstanceNormalization reads
-# ``X[0, (i * 8192 + k) // 1024, (i * 8192 + k) // 32 % 32, (i * 8192 + k) % 32]``); False: matched as written
-# (docs/decisions/094-reshaped-row-reductions-rfactor.md)
-RESHAPED_ROW_RFACTOR = True
-
-
-def _row_block(reads, k, ranges=None):
-    """How the reads of a row reduction over ``k`` walk the contiguous axis: 0 where each read's last index
-    is ``k`` and no other index mentions it; ``B`` where the last index is ``k % B`` and the others mention
-    ``k`` only as ``k // C``, ``C`` a multiple of ``B`` (a blocked layout's channels, a reshape's unravelled
-    rows); else None.  With ``ranges`` (variable -> (lo, hi)) the indices are simplified first."""
-    block = 0
-    for r in reads:
-        *outer, last = [simplify(i, ranges) for i in r.indices] if ranges is not None else r.indices
-        if last == k and not any(mentions(i, k) for i in outer):
-            continue
-        if not (BLOCKED_ROW_RFACTOR and isinstance(last, Binary) and last.op is BinOp.MOD and last.a == k
-                and isinstance(last.b, Const)):
-            return None
-        b = int(last.b.value)
-        if block not in (0, b) or not all(_above_block(i, k, b) for i in outer):
-            return None
-        block = b
-    return block
-
-
-def _above_block(e, k, b: int) -> bool:
-    """Whether ``e`` reads ``k`` only as ``k // c`` with ``c`` a multiple of ``b`` (a blocked layout's outer
-    index ``k // b``, or a reshape's unravelled ones, ``k // 32 % 32`` and ``k // 1024`` over rows of 32)."""
-    if isinstance(e, Binary) and e.op is BinOp.FLOORDIV and e.a == k and isinstance(e.b, Const):
-        return int(e.b.value) % b == 0
-    if e == k:
-        return False
-    return all(_above_block(c, k, b) for c in children(e))
 
 
 class GeneratedSpace:
@@ -286,7 +225,7 @@ class GeneratedSpace:
             src.hint(f"{row_axis}.t3", rows)
             hint_k_blocks(src, self.registers, row_axis, vec_axis, reduce, ext, lanes)
         widths = self.vector_choices(ext[vec_axis], st.dtype)
-        block = _whole_block(st, vec_axis, ext[vec_axis], lanes)
+        block = whole_block(st, vec_axis, ext[vec_axis], lanes)
         if block:
             widths = sorted(set(widths) | {block})
             src.hint(f"{vec_axis}.t3", block)
@@ -312,7 +251,7 @@ class GeneratedSpace:
         target = FEW_ROWS_TASK_COLUMNS if len(spatial) > 1 and row_operand <= FEW_ROWS_OPERAND else TASK_COLUMNS
         widths = [c * width for c in self.level_choices(max(1, n // width), 64)]
         pick = min(widths, key=lambda w: (abs(w - target), w))
-        if _packable(st, vec_axis.split(".", 1)[1]) and -(-n // pick) >= self.options.cores \
+        if packable(st, vec_axis.split(".", 1)[1]) and -(-n // pick) >= self.options.cores \
                 and self._balance(n, pick) < 0.85:
             even = [w for w in widths if self._balance(n, w) >= 0.85] or \
                 [max(widths, key=lambda w: self._balance(n, w))]
@@ -332,7 +271,7 @@ class GeneratedSpace:
         packs = []
         panels = {}          # pack stage -> the source tensor's name
         transposed = set()   # packs whose panel axis is not the source's contiguous one
-        for tensor, dim in _packable(st, vec_axis.split(".", 1)[1]):
+        for tensor, dim in packable(st, vec_axis.split(".", 1)[1]):
             tname = s._state.name_of(tensor)
             # a panel as wide as the source's contiguous axis is the source's own layout: the pack
             # would only copy it (a global pool over blocked channels copied 600 KB before reading it)
@@ -359,7 +298,7 @@ class GeneratedSpace:
         if row_axis and t3[row_axis] > 1:
             row = row_axis
             vec_var = st.root_vars[vec_axis.split(".", 1)[1]]
-            for tensor, dim in _packable(st, row.split(".", 1)[1]):
+            for tensor, dim in packable(st, row.split(".", 1)[1]):
                 tname = s._state.name_of(tensor)
                 if any(mentions(i, vec_var) for r in st.reads() if r.tensor is tensor for i in r.indices):
                     continue
@@ -474,8 +413,8 @@ class GeneratedSpace:
             return 0
         k, extent = st.root_vars[reduce[0]], st.loops[reduce[0]].extent
         reads = [r for r in st.reads() if any(mentions(i, k) for i in r.indices)]
-        ranges = {st.root_vars[n]: (0, st.loops[n].extent - 1) for n in st.root} if RESHAPED_ROW_RFACTOR else None
-        block = _row_block(reads, k, ranges)
+        ranges = {st.root_vars[n]: (0, st.loops[n].extent - 1) for n in st.root} if read_walk.RESHAPED_ROW_RFACTOR else None
+        block = row_block(reads, k, ranges)
         if not reads or block is None:
             return 0
         lanes = self.lanes(st.dtype)
@@ -591,21 +530,6 @@ def _is_epilogue(anchor, consumer) -> bool:
 def _is_zero(e) -> bool:
     from tensorir.te import Const
     return isinstance(e, Const) and e.value == 0
-
-
-def _packable(stage, vec_loop: str) -> list:
-    """(placeholder tensor, dim) of reads indexed by the bare vector variable in exactly one dim."""
-    v = stage.root_vars[vec_loop]
-    out = {}
-    for r in stage.reads():
-        t: object = r.tensor
-        if not getattr(t, "is_placeholder", False):
-            continue
-        dims = [d for d, i in enumerate(r.indices) if i == v]
-        others = [i for d, i in enumerate(r.indices) if d not in dims]
-        if len(dims) == 1 and not any(mentions(i, v) for i in others):
-            out.setdefault(id(t), (t, dims[0]))
-    return list(out.values())
 
 
 __all__ = ["GeneratedSpace", "SpaceOptions", "DecisionSource", "FixedDecisions", "RandomDecisions",

@@ -191,7 +191,7 @@ def test_a_group_norm_through_reshapes_factors_its_reductions_into_vectors(chann
     # input through the reshape's unravelled indices, ``X[0, (i * R + k) // HW, (i * R + k) // W % H, (i * R + k) % W]``,
     # which are row-contiguous once simplified (decision 094); rows of 5 columns are not, and stay scalar
     import onnxruntime as ort
-    from schedules import space as space_mod
+    from schedules import read_walk
     from tests.onnx_models import groupnorm_block
     from tuner.model_api import compile_model, load
     from tuner.model_compile import plan_graph
@@ -207,5 +207,5 @@ def test_a_group_norm_through_reshapes_factors_its_reductions_into_vectors(chann
     (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"input": x})
     got = compile_model(load(model)).run({"input": x})["output"]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
-    monkeypatch.setattr(space_mod, "RESHAPED_ROW_RFACTOR", False)
+    monkeypatch.setattr(read_walk, "RESHAPED_ROW_RFACTOR", False)
     assert factored() == []

@@ -374,7 +374,7 @@ def blocked_channel_sums(C=3, H=7, W=9, B=40):
 def test_a_pool_over_odd_blocks_takes_the_block_as_its_tile_and_packs_nothing(block, monkeypatch):
     # decision 092: a 32-lane tile over 40-lane blocks packed the whole input into padded panels first
     # (MobileNet-V3's pool over 120 channels: 0.069 ms, 0.005 with the block as its tile)
-    from schedules import space as space_mod
+    from schedules import read_walk
     tensors = blocked_channel_sums(B=block)
     d = GeneratedSpace(tensors, AVX512).default_decisions()
     assert d["S.b.t3"] == block and d["S.pack_X"] is False
@@ -382,7 +382,7 @@ def test_a_pool_over_odd_blocks_takes_the_block_as_its_tile_and_packs_nothing(bl
     assert "X_pack" not in str(s.lower())
     (x,), (out,) = run_schedule(s)
     np.testing.assert_allclose(out, x.sum(axis=(2, 3), keepdims=True), rtol=1e-5, atol=1e-5)
-    monkeypatch.setattr(space_mod, "WHOLE_BLOCK_TILES", False)
+    monkeypatch.setattr(read_walk, "WHOLE_BLOCK_TILES", False)
     old = GeneratedSpace(tensors, AVX512).default_decisions()
     assert old["S.b.t3"] % 16 == 0 and old["S.pack_X"] is True
 

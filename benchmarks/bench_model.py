@@ -101,7 +101,7 @@ def bench(name: str, threads: int, rounds: int, log, layouts_ab: bool = False, b
         f2 = _compiled_with(graph, threads, "WINOGRAD_F4")
         fns["tensortune-f2"] = lambda: f2.run(feeds)
     if space_ab:
-        other = _compiled_with_space(graph, threads, space_ab)
+        other = _compiled_with_space(graph, threads, space_ab, model)
         fns["tensortune-space"] = lambda: other.run(feeds)
     # many short rounds for the A/B: its paired ratios then see the host's slow spells on both sides
     ab = blocked_ab or winograd_ab or f4_ab or bool(space_ab)
@@ -142,13 +142,13 @@ def _compiled_with(graph, threads: int, flag: str):
     return compiled_with_setting(graph, threads, linalg, flag, False)
 
 
-def _compiled_with_space(graph, threads: int, text: str):
+def _compiled_with_space(graph, threads: int, text: str, model=None):
     """The model compiled with ``schedules.space.NAME`` (or ``package.module.NAME``) set to the VALUE of
     ``text`` ("NAME=VALUE"; restored after): a heuristic start's constant against its default."""
     from start_setting import parse_setting
     module, name, value = parse_setting(text, "bench_model", default_module="schedules.space")
     from start_setting import compiled_with_setting
-    return compiled_with_setting(graph, threads, module, name, value)
+    return compiled_with_setting(graph, threads, module, name, value, model)
 
 
 def _ab(row: dict, res: dict, other: str, ours: str, what: str, ours_text: str, other_text: str, log) -> None:

@@ -41,15 +41,20 @@ def setting(module, name: str, value):
         setattr(module, name, saved)
 
 
-def compiled_with_setting(graph, threads: int, module, name: str, value):
+def compiled_with_setting(graph, threads: int, module, name: str, value, model=None):
     """The model compiled with ``module.<name>`` set to ``value`` (restored after); the compile cache is
-    cleared before and after, so a code generation constant rebuilds kernels whose loop nests are the same."""
+    cleared before and after, so a code generation constant rebuilds kernels whose loop nests are the same.
+    An import constant (a module of ``graph.onnx_import``) re-imports ``model`` (the ONNX model) under it."""
     from tensorir.runtime import clear_cache
-    from tuner.model_api import compile_model
+    from tuner.model_api import compile_model, load
     clear_cache()
     try:
         with setting(module, name, value), warnings.catch_warnings():
             warnings.simplefilter("ignore")
+            if module.__name__.startswith("graph.onnx_import"):
+                if model is None:
+                    raise SystemExit(f"{module.__name__}.{name} is an import constant: the ONNX model is needed")
+                graph = load(model)
             return compile_model(graph, threads=threads)
     finally:
         clear_cache()

@@ -435,6 +435,25 @@ def groupnorm_block(batch: int = 1, channels: int = 64, size: int = 32, groups: 
     return m.model("groupnorm_block", (batch, c, size, size), y, (batch, c, size, size))
 
 
+def yolo_neck(batch: int = 1, channels: int = 64, size: int = 52, seed: int = 0, opset: int = 13) -> onnx.ModelProto:
+    """A YOLO-style neck step: 3x3 stride-2 conv to twice the channels, 1x1 conv back, nearest Resize x2, Concat with
+    the input, 3x3 conv; every conv with LeakyRelu (0.1)."""
+    m = ModelMaker(seed, opset)
+
+    def conv(x, scope, c_in, c_out, k, stride=1):
+        w = m.weight(f"{scope[1:]}.weight", (c_out, c_in, k, k), math.sqrt(2 / (c_in * k * k)))
+        y = m.node("Conv", [x, w, m.weight(f"{scope[1:]}.bias", (c_out,), 0.1)], scope, kernel_shape=[k, k],
+                   pads=[k // 2] * 4, strides=[stride] * 2)
+        return m.node("LeakyRelu", [y], scope + "/act", alpha=0.1)
+    if size % 2:
+        raise ValueError(f"yolo_neck: size {size} is odd; the upsampled half would not match the input")
+    c = channels
+    y = conv(conv("input", "/down", c, 2 * c, 3, stride=2), "/reduce", 2 * c, c, 1)
+    y = m.node("Resize", [y, "", m.init("up.scales", np.array([1, 1, 2, 2], np.float32))], "/up", mode="nearest")
+    y = conv(m.node("Concat", [y, "input"], "/cat", axis=1), "/merge", 2 * c, c, 3)
+    return m.model("yolo_neck", (batch, c, size, size), y, (batch, c, size, size))
+
+
 def conv1d(channels: int = 64, out_channels: int = 64, length: int = 1000, kernel: int = 3, stride: int = 1,
            dilation: int = 1, groups: int = 1, batch: int = 1, seed: int = 0, opset: int = 13) -> onnx.ModelProto:
     """One 1-d conv (biased, ``kernel`` taps, padding ``dilation * (kernel // 2)``) and its Relu: an audio or

@@ -62,7 +62,7 @@ def _check(model, threads=1):
     so.intra_op_num_threads = 1
     sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     x = np.random.default_rng(1).standard_normal([d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim])
-    feeds = {"x": x.astype(np.float32)}
+    feeds = {model.graph.input[0].name: x.astype(np.float32)}
     got = compile_model(load(model), threads=threads).run(feeds)
     for o, want in zip(model.graph.output, sess.run(None, feeds)):
         assert np.abs(got[o.name] - want).max() <= 1e-4 * np.abs(want).max(), o.name
@@ -293,3 +293,30 @@ def test_a_window_conv_is_computed_on_columns_where_its_row_carries_more_per_vec
     assert not layout.columns_conv(32, 64, 9, 16) and not layout.columns_conv(12, 36, 1, 16)
     # 8 lanes: only channels within one vector
     assert layout.columns_conv(4, 64, 9, 8) and not layout.columns_conv(12, 64, 9, 8)
+
+
+@pytest.mark.parametrize("builder, kwargs", [("yolo_neck", dict(channels=16, size=14)),
+                                             ("unet_up", dict(channels=32, size=7)),
+                                             ("yolo_neck", dict(channels=24, size=10))])
+def test_a_concat_that_a_blocked_conv_reads_is_written_in_blocks(builder, kwargs, monkeypatch):
+    # decision 095: the Concat of an upsampled value and a skip value feeds a 3x3 conv; written row-major, the conv
+    # packed it itself and could not take Winograd (a U-Net step 1.8x as long)
+    import tests.onnx_models as models
+    model = getattr(models, builder)(**kwargs)
+
+    def concat_layouts():
+        plan = plan_graph(load(model))
+        return [plan.layouts.get(g.outputs[0]) for g in plan.groups if g.nodes[-1].op == "Concat"]
+    got = concat_layouts()
+    assert len(got) == 1 and block_of(got[0])
+    _check(model)
+    _check(model, threads=2)
+    monkeypatch.setattr(layout, "BLOCKED_CONCATS", False)
+    assert concat_layouts() == [None]
+
+
+def test_a_concat_no_conv_reads_stays_row_major():
+    # DenseNet's concats feed BatchNorm + Relu (which read through the layout), an Inception block's is the output
+    from tests.onnx_models import densenet_block
+    plan = plan_graph(load(densenet_block(channels=16, growth=12, layers=2, size=10)))
+    assert all(plan.layouts.get(g.outputs[0]) is None for g in plan.groups if g.nodes[-1].op == "Concat")

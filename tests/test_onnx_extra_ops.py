@@ -374,6 +374,36 @@ def test_resize(mode, attrs, target, opset):
     assert set(graph.op_counts()) <= {"Gather", "Mul", "Add"}
 
 
+def test_affine_gather_indices_are_recognized():
+    from graph.lower.shape import affine_indices
+    assert affine_indices(np.arange(52) // 2) == (1, 0, 2)           # nearest x2
+    assert affine_indices(np.arange(9) * 2 // 3) == (2, 0, 3)        # nearest x1.5
+    assert affine_indices(np.arange(6) * 2 + 1) == (2, 1, 1)         # every other from 1
+    assert affine_indices(np.array([0, 0, 1, 2, 2, 3])) == (2, 0, 3)
+    assert affine_indices(np.array([3, 1, 2])) is None and affine_indices(np.array([0, 2, 3, 3])) is None
+
+
+@pytest.mark.parametrize("scales", [[1, 1, 2, 2], [1, 1, 3, 1.5], [1, 1, 0.5, 2]])
+def test_a_nearest_resize_computes_its_indices_rather_than_reading_a_table(scales, monkeypatch):
+    # decision 096: a table of indices made each vector a gather; as (a * i + b) // c it follows its lanes
+    from graph.lower import shape
+    from tuner.model_compile import plan_graph
+    x = rand(1, 3, 6, 8)
+    consts = {"roi": np.zeros(0, np.float32), "scales": np.array(scales, np.float32)}
+    model = ort_model([node("Resize", ["x", "roi", "scales"], mode="nearest")], {"x": x}, consts, 13)
+
+    def tables():
+        plan = plan_graph(load_onnx(model))
+        return sum(kind == "const" for lw in plan.lowered for kind, _ in lw.params)
+    assert tables() == 0
+    imported(model, {"x": x}, "onnxruntime", rtol=1e-6, atol=0)
+    got = compile_model(load_onnx(model)).run({"x": x})
+    (want,) = onnxruntime_run(model, {"x": x})
+    np.testing.assert_array_equal(next(iter(got.values())), want)
+    monkeypatch.setattr(shape, "GATHER_PATTERNS", False)
+    assert tables() == 2
+
+
 def test_resize_axes_of_opset_18():
     x = rand(1, 2, 3, 4)
     consts = {"sizes": np.array([6, 2], np.int64)}

@@ -338,6 +338,9 @@ def choose_blocked(graph: Graph, groups: list) -> dict:
                  if _blocked_depthwise(graph, g)}
     keeps = {id(g) for g in groups if len(g.outputs) == 1 and graph.types[g.outputs[0]].rank == 4
              and not _is_conv_group(g) and _keeps_layout(graph, g, {v: NHWC for v in g.inputs})}
+    # a channel concat that blocked convs read is written in blocks (a U-Net's upsampled and skip values)
+    concats = {id(g) for g in groups if BLOCKED_CONCATS and _channel_concat(graph, g)
+               and any(conv_block[id(r)] or id(r) in depthwise for r in readers.get(g.outputs[0], []))}
     banned: set = set()
     while True:
         layouts = {}
@@ -351,6 +354,8 @@ def choose_blocked(graph: Graph, groups: list) -> dict:
                 layouts[out] = blocked(stems[id(g)])
             elif id(g) in depthwise:
                 layouts[out] = layouts.get(depthwise[id(g)]) or blocked(out_block(graph.types[out].shape[1]))
+            elif id(g) in concats:
+                layouts[out] = blocked(_concat_block(graph, g, layouts))
             elif id(g) in keeps:
                 c = graph.types[out].shape[1]
                 src = next((layouts[v] for v in g.inputs if v in layouts and graph.types[v].rank == 4
@@ -376,6 +381,32 @@ def choose_blocked(graph: Graph, groups: list) -> dict:
         if not bad - banned:
             return layouts
         banned |= bad
+
+
+# a group ending in a channel Concat whose value a blocked conv reads writes it in blocks, so the conv reads whole
+# vectors; False: row-major, which the conv packs itself (docs/decisions/095-blocked-concats.md)
+BLOCKED_CONCATS = True
+
+
+def _channel_concat(graph: Graph, group) -> bool:
+    """Whether ``group`` ends in a Concat along the channels of a rank-4 float value and holds no conv."""
+    last = group.nodes[-1]
+    if len(group.outputs) != 1 or last.op != "Concat" or last.outputs[0] != group.outputs[0] or _is_conv_group(group):
+        return False
+    t = graph.types[group.outputs[0]]
+    return t.rank == 4 and t.dtype in ("float32", "float64") and last.attr("axis") in (1, -3)
+
+
+def _concat_block(graph: Graph, group, layouts: dict) -> int:
+    """The block of a channel concat: that of a blocked part where it divides every part's channels (each
+    part's blocks then copy whole), else the block a conv output of as many channels takes."""
+    parts = [graph.types[v].shape[1] for v in group.nodes[-1].inputs if v]
+    for v in group.nodes[-1].inputs:
+        b = block_of(layouts.get(v))
+        if b and all(c % b == 0 for c in parts):
+            return b
+    t = graph.types[group.outputs[0]]
+    return out_block(t.shape[1], t.shape[3])
 
 
 def plan_blocked(graph: Graph, groups: list) -> tuple:

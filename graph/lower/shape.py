@@ -165,6 +165,14 @@ def _gather(ctx, node, ins, outs):
             i = list(i)
             return data(*(i[:axis] + [pos] + i[axis:]))
         return [ctx.emit(outs[0].shape, outs[0].dtype, f, "gather")]
+    pattern = affine_indices(known) if known is not None and known.ndim == 1 and GATHER_PATTERNS else None
+    if pattern is not None:
+        a, b, c = pattern
+
+        def h(*i):
+            i = list(i)
+            return data(*(i[:axis] + [(i[axis] * a + b) // c if c > 1 else i[axis] * a + b] + i[axis + 1:]))
+        return [ctx.emit(outs[0].shape, outs[0].dtype, h, "gather")]
     if known is not None:
         indices = ctx.constant(known.astype(np.int64), "indices")
     r = indices.rank
@@ -176,3 +184,28 @@ def _gather(ctx, node, ins, outs):
             j = clamp_index(j, n_axis)
         return data(*(i[:axis] + [j] + i[axis + r:]))
     return [ctx.emit(outs[0].shape, outs[0].dtype, g, "gather")]
+
+
+# constant 1-d Gather indices that follow ``(a * i + b) // c`` (a nearest Resize by an integer factor: ``i // 2``;
+# a strided pick: ``2 * i + 1``) are computed, not looked up: the loads of a vector then follow its lanes (a load
+# and a shuffle) rather than gathering through a table; False: every constant index is a table
+# (docs/decisions/096-gather-indices-as-arithmetic.md)
+GATHER_PATTERNS = True
+PATTERN_LIMIT = 8       # the largest a and c tried
+
+
+def affine_indices(known: np.ndarray):
+    """``(a, b, c)`` with ``known[i] == (a * i + b) // c`` for every ``i`` (0 <= b, 1 <= a, c <= ``PATTERN_LIMIT``),
+    the smallest such ``c`` then ``a``, else None."""
+    n = known.size
+    if n < 2:
+        return None
+    i = np.arange(n, dtype=np.int64)
+    k = known.astype(np.int64)
+    for c in range(1, PATTERN_LIMIT + 1):
+        for a in range(1, PATTERN_LIMIT + 1):
+            for b in range(int(k[0]) * c, int(k[0]) * c + c):
+                if b >= 0 and np.array_equal((a * i + b) // c, k):
+                    return a, b, c
+    return None
+

@@ -454,6 +454,23 @@ def yolo_neck(batch: int = 1, channels: int = 64, size: int = 52, seed: int = 0,
     return m.model("yolo_neck", (batch, c, size, size), y, (batch, c, size, size))
 
 
+def dcgan_generator(batch: int = 1, channels: int = 128, size: int = 8, out_channels: int = 3, seed: int = 0,
+                    opset: int = 13) -> onnx.ModelProto:
+    """A DCGAN generator's tail: two ConvTranspose (4x4, stride 2, pads 1) + Relu, each halving the channels and
+    doubling the size, then a 3x3 conv to ``out_channels`` and Tanh."""
+    m = ModelMaker(seed, opset)
+    y, c = "input", channels
+    for n in range(2):
+        w = m.weight(f"up{n}.weight", (c, c // 2, 4, 4), math.sqrt(2 / (c * 16)))
+        y = m.node("ConvTranspose", [y, w, m.weight(f"up{n}.bias", (c // 2,), 0.1)], f"/up{n}", kernel_shape=[4, 4],
+                   strides=[2, 2], pads=[1, 1, 1, 1])
+        y, c = m.node("Relu", [y], f"/up{n}/relu"), c // 2
+    w = m.weight("out.weight", (out_channels, c, 3, 3), math.sqrt(2 / (c * 9)))
+    y = m.node("Conv", [y, w, m.weight("out.bias", (out_channels,), 0.1)], "/out", kernel_shape=[3, 3], pads=[1] * 4)
+    y = m.node("Tanh", [y], "/out/tanh")
+    return m.model("dcgan_generator", (batch, channels, size, size), y, (batch, out_channels, 4 * size, 4 * size))
+
+
 def conv1d(channels: int = 64, out_channels: int = 64, length: int = 1000, kernel: int = 3, stride: int = 1,
            dilation: int = 1, groups: int = 1, batch: int = 1, seed: int = 0, opset: int = 13) -> onnx.ModelProto:
     """One 1-d conv (biased, ``kernel`` taps, padding ``dilation * (kernel // 2)``) and its Relu: an audio or

@@ -320,3 +320,31 @@ def test_a_concat_no_conv_reads_stays_row_major():
     from tests.onnx_models import densenet_block
     plan = plan_graph(load(densenet_block(channels=16, growth=12, layers=2, size=10)))
     assert all(plan.layouts.get(g.outputs[0]) is None for g in plan.groups if g.nodes[-1].op == "Concat")
+
+
+@pytest.mark.parametrize("channels, size", [(32, 5), (16, 7)])
+def test_a_deconv_that_a_concat_takes_computes_its_phases_outermost(channels, size, monkeypatch):
+    # decision 097: a U-Net step's ConvTranspose runs as a conv whose channels are (row phase, column phase,
+    # channel), so the interleave, written in blocks with the concat (decision 095), copies whole vectors
+    from graph.onnx_import import extra_ops
+    from tests.onnx_models import unet_up
+    model = unet_up(channels=channels, size=size)
+
+    def perms():
+        plan = plan_graph(load(model))
+        return [next(n.attr("perm") for n in g.nodes if n.op == "Transpose")
+                for g in plan.groups if any(n.op == "Transpose" for n in g.nodes)]
+    assert perms() == [(0, 3, 4, 1, 5, 2)]
+    _check(model)
+    _check(model, threads=2)
+    monkeypatch.setattr(extra_ops, "PHASES_OUTER", False)
+    assert perms() == [(0, 1, 4, 2, 5, 3)]
+
+
+def test_a_deconv_no_concat_takes_keeps_channel_major_phases():
+    # a DCGAN tail's interleaves are written row-major, where the channels of a column pair are best side by side
+    from tests.onnx_models import dcgan_generator
+    plan = plan_graph(load(dcgan_generator(channels=32, size=5)))
+    perms = [next(n.attr("perm") for n in g.nodes if n.op == "Transpose")
+             for g in plan.groups if any(n.op == "Transpose" for n in g.nodes)]
+    assert perms == [(0, 1, 4, 2, 5, 3)] * 2

@@ -247,7 +247,9 @@ def test_scatter_and_gather_nd_with_known_indices():
                                           ("groupnorm_block", dict(channels=24, size=9, groups=4)),
                                           ("groupnorm_block", dict(batch=2, channels=32, size=8, groups=8)),
                                           ("yolo_neck", dict(channels=16, size=14)),
-                                          ("yolo_neck", dict(channels=24, size=10))])
+                                          ("yolo_neck", dict(channels=24, size=10)),
+                                          ("dcgan_generator", dict(channels=32, size=5)),
+                                          ("dcgan_generator", dict(batch=2, channels=24, size=4, out_channels=1))])
 def test_new_builders_match_onnxruntime(name, kwargs):
     models = pytest.importorskip("tests.onnx_models")
     model = getattr(models, name)(**kwargs)

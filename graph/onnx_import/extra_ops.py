@@ -232,6 +232,22 @@ def _conv_transpose(ctx, node):
              strides=strides, pads=pads, dilations=dilations, output_padding=extra, group=node.attr("group", 1))
 
 
+# a one-group ConvTranspose with known weights whose result a Concat takes (a U-Net step) runs as a Conv whose output
+# channels are (row phase, column phase, channel); False: (channel, row phase, column phase), as all others do
+# (docs/decisions/097-deconv-phases-outer.md)
+PHASES_OUTER = True
+_ELEMENTWISE = {"Relu", "LeakyRelu", "PRelu", "Elu", "Selu", "Tanh", "Sigmoid", "HardSigmoid", "HardSwish", "Clip",
+                "Add", "Sub", "Mul", "Div", "BatchNormalization", "Identity", "Softplus", "Mish", "Erf"}
+
+
+def _feeds_concat(ctx, name: str, depth: int = 8) -> bool:
+    """Whether ONNX value ``name`` is read by a Concat, directly or through elementwise ops. Elsewhere its phase
+    interleave writes row-major rows, for which the channels of an output column pair are best side by side (a
+    DCGAN tail ran 4% slower phase-major)."""
+    return depth > 0 and any(op == "Concat" or op in _ELEMENTWISE and any(_feeds_concat(ctx, o, depth - 1) for o in outs if o)
+                             for op, outs in ctx.readers.get(name, ()))
+
+
 def _deconv_as_conv(ctx, node, x: str, w: np.ndarray, strides: tuple, pads: tuple, extra: tuple,
                     out: str | None) -> str:
     """A ConvTranspose with known weights as one stride-1 Conv (of the same groups) whose output
@@ -250,6 +266,11 @@ def _deconv_as_conv(ctx, node, x: str, w: np.ndarray, strides: tuple, pads: tupl
     # phase (ph, pw) of output channel k reads tap (t-1-i, u-1-j) at input offset (i, j); output
     # channels (group, channel in group, row phase, column phase), so each group's stay together
     phased = full.reshape(group, cg, mg, t, sh, u, sw).transpose(0, 2, 4, 6, 1, 3, 5)[..., ::-1, ::-1]
+    # one group whose result a Concat takes: channels (row phase, column phase, channel) instead, so the interleave,
+    # written in blocks with the concat (decision 095), reads whole vectors, not every sh * sw-th channel
+    outer = PHASES_OUTER and group == 1 and _feeds_concat(ctx, node.outputs[0])
+    if outer:
+        phased = phased.transpose(0, 2, 3, 1, 4, 5, 6)
     weight = ctx.fresh(f"{node.name}/phase_weights")
     ctx.set_known(weight, np.ascontiguousarray(phased.reshape(m * sh * sw, cg, t, u)))
     p_ = (h - 1) * sh + r - pt - pb + extra[0]
@@ -258,12 +279,17 @@ def _deconv_as_conv(ctx, node, x: str, w: np.ndarray, strides: tuple, pads: tupl
     bias = ""
     if node.input(2) and ctx.is_known(node.input(2)):
         bias = ctx.fresh(f"{node.name}/phase_bias")
-        ctx.set_known(bias, np.repeat(ctx.known[node.input(2)], sh * sw))
+        b0 = ctx.known[node.input(2)]
+        ctx.set_known(bias, np.tile(b0, sh * sw) if outer else np.repeat(b0, sh * sw))
     y = ctx.emit(node, "Conv", [x, weight, bias], strides=(1, 1), dilations=(1, 1), group=group,
                  pads=(t - 1, u - 1, max(0, rows - h), max(0, cols - wd)))
     h2, w2 = ctx.type(y).shape[2:]
-    y = ctx.emit(node, "Reshape", [y], shape=(n, m, sh, sw, h2, w2))
-    y = ctx.emit(node, "Transpose", [y], perm=(0, 1, 4, 2, 5, 3))
+    if outer:
+        y = ctx.emit(node, "Reshape", [y], shape=(n, sh, sw, m, h2, w2))
+        y = ctx.emit(node, "Transpose", [y], perm=(0, 3, 4, 1, 5, 2))
+    else:
+        y = ctx.emit(node, "Reshape", [y], shape=(n, m, sh, sw, h2, w2))
+        y = ctx.emit(node, "Transpose", [y], perm=(0, 1, 4, 2, 5, 3))
     y = ctx.emit(node, "Reshape", [y], shape=(n, m, h2 * sh, w2 * sw))
     if node.input(2) and not bias:
         y = ctx.emit(node, "Slice", [y], starts=(pt, pl), ends=(pt + p_, pl + q_), axes=(2, 3), steps=(1, 1))

@@ -111,6 +111,9 @@ def convert(model: onnx.ModelProto, nodes: list, inputs: dict) -> Graph:
             raise OnnxImportError(f"{g.name or 'model'}: cannot read initializer {t.name} ({first})") from None
     for name, (shape, dtype) in inputs.items():
         ctx.add_input(name, shape, dtype)
+    for node in nodes:
+        for v in node.inputs:
+            ctx.readers.setdefault(v, []).append((node.op_type, list(node.outputs)))
     # a node that cannot be converted is reported and its outputs poisoned, so the nodes reading
     # them are skipped rather than reported again: every independent failure lands in one error
     problems, poisoned = [], set()

@@ -31,7 +31,7 @@ class ImportContext:
         self._taken = set(reserved) | {sanitize(n) for n in reserved}
         self._node_names: set = set()
         self._materialized: dict = {}  # ONNX name -> graph constant name
-        self.readers: dict = {}        # ONNX name -> op types of the nodes reading it
+        self.readers: dict = {}        # ONNX name -> (op type, output names) of each node reading it
 
     # ------------------------------------------------------------ names
     def fresh(self, base: str) -> str:

@@ -244,8 +244,10 @@ def _feeds_concat(ctx, name: str, depth: int = 8) -> bool:
     """Whether ONNX value ``name`` is read by a Concat, directly or through elementwise ops. Elsewhere its phase
     interleave writes row-major rows, for which the channels of an output column pair are best side by side (a
     DCGAN tail ran 4% slower phase-major)."""
-    return depth > 0 and any(op == "Concat" or op in _ELEMENTWISE and any(_feeds_concat(ctx, o, depth - 1) for o in outs if o)
-                             for op, outs in ctx.readers.get(name, ()))
+    if depth <= 0:
+        return False
+    return any(op == "Concat" or op in _ELEMENTWISE and any(_feeds_concat(ctx, o, depth - 1) for o in outs if o)
+               for op, outs in ctx.readers.get(name, ()))
 
 
 def _deconv_as_conv(ctx, node, x: str, w: np.ndarray, strides: tuple, pads: tuple, extra: tuple,

@@ -45,8 +45,9 @@ def row_block(reads, k, ranges=None):
     ``k`` only as ``k // C``, ``C`` a multiple of ``B`` (a blocked layout's channels, a reshape's unravelled
     rows); else None.  With ``ranges`` (variable -> (lo, hi)) the indices are simplified first."""
     block = 0
+    simplified = ranges is not None and RESHAPED_ROW_RFACTOR
     for r in reads:
-        *outer, last = [simplify(i, ranges) for i in r.indices] if ranges is not None else r.indices
+        *outer, last = [simplify(i, ranges) for i in r.indices] if simplified else r.indices
         if last == k and not any(mentions(i, k) for i in outer):
             continue
         if not (BLOCKED_ROW_RFACTOR and isinstance(last, Binary) and last.op is BinOp.MOD and last.a == k

@@ -52,7 +52,6 @@ from .decisions import DecisionSource, FixedDecisions, MutatedDecisions, OptunaD
 from .schedule import Schedule
 from .matmul_start import hint_k_blocks, k_blocks, odd_row_tile, register_tile, row_axis as _row_axis
 from .tiling import fuse_parallel as _fuse_parallel, split_all as _split_all
-from . import read_walk
 from .read_walk import packable, row_block, whole_block
 
 # Columns of the vector axis one parallel task of a product spans, about (decision 011) ...
@@ -413,8 +412,7 @@ class GeneratedSpace:
             return 0
         k, extent = st.root_vars[reduce[0]], st.loops[reduce[0]].extent
         reads = [r for r in st.reads() if any(mentions(i, k) for i in r.indices)]
-        ranges = {st.root_vars[n]: (0, st.loops[n].extent - 1) for n in st.root} if read_walk.RESHAPED_ROW_RFACTOR else None
-        block = row_block(reads, k, ranges)
+        block = row_block(reads, k, {st.root_vars[n]: (0, st.loops[n].extent - 1) for n in st.root})
         if not reads or block is None:
             return 0
         lanes = self.lanes(st.dtype)

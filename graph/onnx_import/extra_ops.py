@@ -9,6 +9,7 @@ import numpy as np
 
 from graph.onnx_import.nn_ops import as_2d, axis_of
 from graph.onnx_import.registry import converter, one_of
+from graph.ops.registry import Pattern, get_op
 
 
 def _ints(array) -> list:
@@ -236,8 +237,13 @@ def _conv_transpose(ctx, node):
 # channels are (row phase, column phase, channel); False: (channel, row phase, column phase), as all others do
 # (docs/decisions/097-deconv-phases-outer.md)
 PHASES_OUTER = True
-_ELEMENTWISE = {"Relu", "LeakyRelu", "PRelu", "Elu", "Selu", "Tanh", "Sigmoid", "HardSigmoid", "HardSwish", "Clip",
-                "Add", "Sub", "Mul", "Div", "BatchNormalization", "Identity", "Softplus", "Mish", "Erf"}
+
+
+def _elementwise(op_type: str) -> bool:
+    try:
+        return get_op(op_type).pattern <= Pattern.BROADCAST
+    except KeyError:        # (an ONNX op the importer rewrites into others)
+        return False
 
 
 def _feeds_concat(ctx, name: str, depth: int = 8) -> bool:
@@ -246,7 +252,7 @@ def _feeds_concat(ctx, name: str, depth: int = 8) -> bool:
     DCGAN tail ran 4% slower phase-major)."""
     if depth <= 0:
         return False
-    return any(op == "Concat" or op in _ELEMENTWISE and any(_feeds_concat(ctx, o, depth - 1) for o in outs if o)
+    return any(op == "Concat" or _elementwise(op) and any(_feeds_concat(ctx, o, depth - 1) for o in outs if o)
                for op, outs in ctx.readers.get(name, ()))
 
 

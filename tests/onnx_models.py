@@ -471,6 +471,23 @@ def dcgan_generator(batch: int = 1, channels: int = 128, size: int = 8, out_chan
     return m.model("dcgan_generator", (batch, channels, size, size), y, (batch, out_channels, 4 * size, 4 * size))
 
 
+def lenet(batch: int = 64, classes: int = 10, seed: int = 0, opset: int = 13) -> onnx.ModelProto:
+    """A LeNet-style MNIST classifier: 5x5 convs 1 -> 32 and 32 -> 64 (no padding) with Relu and 2x2 max pools,
+    Flatten, Gemm 1024 -> 128 + Relu, Gemm to ``classes``, LogSoftmax; 28x28 grey images in batches."""
+    m = ModelMaker(seed, opset)
+    y = "input"
+    for i, (c_in, c_out) in enumerate(((1, 32), (32, 64))):
+        w = m.weight(f"conv{i}.weight", (c_out, c_in, 5, 5), math.sqrt(2 / (c_in * 25)))
+        y = m.node("Conv", [y, w, m.weight(f"conv{i}.bias", (c_out,), 0.1)], f"/conv{i}", kernel_shape=[5, 5])
+        y = m.node("MaxPool", [m.node("Relu", [y], f"/relu{i}")], f"/pool{i}", kernel_shape=[2, 2], strides=[2, 2])
+    y = m.node("Flatten", [y], "/flatten", axis=1)
+    y = m.node("Relu", [m.node("Gemm", [y, m.weight("fc0.weight", (128, 1024), 0.03), m.weight("fc0.bias", (128,), 0.1)],
+                               "/fc0", transB=1)], "/relu2")
+    y = m.node("Gemm", [y, m.weight("fc1.weight", (classes, 128), 0.09), m.weight("fc1.bias", (classes,), 0.1)],
+               "/fc1", transB=1)
+    return m.model("lenet", (batch, 1, 28, 28), m.node("LogSoftmax", [y], "/log_softmax", axis=1), (batch, classes))
+
+
 def conv1d(channels: int = 64, out_channels: int = 64, length: int = 1000, kernel: int = 3, stride: int = 1,
            dilation: int = 1, groups: int = 1, batch: int = 1, seed: int = 0, opset: int = 13) -> onnx.ModelProto:
     """One 1-d conv (biased, ``kernel`` taps, padding ``dilation * (kernel // 2)``) and its Relu: an audio or

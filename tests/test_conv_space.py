@@ -549,3 +549,23 @@ def test_an_avx512_1x1_keeps_its_reduction_in_the_tile_up_to_l2_weights(options,
     space = GeneratedSpace(get_workload("conv2d_nchwc").make(**params), options)
     d = space.default_decisions()
     assert d["Y.order"] == order and (d["Y.q2"] == 1) == (order == "|crs")
+
+
+@pytest.mark.parametrize("C,K,H,R,small", [
+    (1, 32, 24, 5, True),        # LeNet's first conv: 32 x 25 weights per task
+    (3, 32, 57, 3, True),        # an RGB stem in blocks of 3
+    (16, 64, 20, 3, False),      # 64 x 16 x 9 weights per task: a row's local tile reuses them
+])
+def test_a_window_over_few_channels_starts_with_its_register_tile_as_its_local_tile(C, K, H, R, small, monkeypatch):
+    # a row's local tile passed the accumulators through memory before the epilogue and reused a few weight
+    # vectors; LeNet's 5x5 1 -> 32 at 24x24 ran 0.57 ms against 0.73 (decision 098)
+    from schedules import conv_space
+    params = dict(N=2, C=C, H=H, W=H, K=K, R=R, S=R, stride=1, pad=R // 2, cb=C if C < 16 else 16, kb=16,
+                  dtype="float32")
+    tensors = get_workload("conv2d_nchwc").make(**params)
+    d = GeneratedSpace(tensors, AVX512).default_decisions()
+    assert (d["Y.q2"] == 1 and d["Y.order"] == "|crs") == small
+    if small:
+        _run(GeneratedSpace(tensors, AVX512), "conv2d_nchwc", params, FixedDecisions(d))
+        monkeypatch.setattr(conv_space, "SMALL_WINDOW_WEIGHTS", 0)
+        assert GeneratedSpace(tensors, AVX512).default_decisions()["Y.q2"] > 1

@@ -249,9 +249,30 @@ def test_scatter_and_gather_nd_with_known_indices():
                                           ("yolo_neck", dict(channels=16, size=14)),
                                           ("yolo_neck", dict(channels=24, size=10)),
                                           ("dcgan_generator", dict(channels=32, size=5)),
-                                          ("dcgan_generator", dict(batch=2, channels=24, size=4, out_channels=1))])
+                                          ("dcgan_generator", dict(batch=2, channels=24, size=4, out_channels=1)),
+                                          ("lenet", dict(batch=3, classes=7))])
 def test_new_builders_match_onnxruntime(name, kwargs):
     models = pytest.importorskip("tests.onnx_models")
     model = getattr(models, name)(**kwargs)
     shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
     _check(model, {"input": RNG.standard_normal(shape).astype(np.float32)})
+
+
+@pytest.mark.parametrize("rule", [True, False])
+def test_a_one_channel_conv_writing_a_graph_output_is_the_convolution_rules(rule, monkeypatch):
+    # a conv over one input channel lowered without a channel axis was no convolution to the space: the generic
+    # nest guarded every FMA's load for the padding (5x5 1 -> 64 at 128x128: 1.87 ms against 0.56; decision 099)
+    from graph.lower import linalg
+    from schedules import Schedule
+    from schedules.conv_space import find_convs
+    from tuner.model_compile import plan_graph
+    monkeypatch.setattr(linalg, "ONE_CHANNEL_AXIS", rule)
+    w = RNG.standard_normal((12, 1, 5, 5)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[2, 1, 2, 3], strides=[1, 2]),
+             helper.make_node("Tanh", ["c"], ["y"])]
+    model = _model(nodes, [("x", TensorProto.FLOAT, [2, 1, 17, 23])], ["y"],
+                   {"w": w, "b": RNG.standard_normal(12).astype(np.float32)})
+    plan = plan_graph(load(model))
+    convs = [i for lw in plan.lowered for i in find_convs(Schedule(lw.tensors).stage_graph()).values()]
+    assert [(i.C, i.K, i.R, i.S) for i in convs] == ([(1, 12, 5, 5)] if rule else [])
+    _check(model, {"x": RNG.standard_normal((2, 1, 17, 23)).astype(np.float32)})

@@ -58,6 +58,9 @@ def _gemm(ctx, node, ins, outs):
     return [ctx.emit(shape, dtype, epilogue, "bias")]
 
 
+ONE_CHANNEL_AXIS = True    # a 1-channel conv's reduction keeps its channel axis (False: none, the generic space)
+
+
 @lowering("Conv")
 def _conv(ctx, node, ins, outs):
     x, w, bias = (list(ins) + [None])[:3]
@@ -82,7 +85,9 @@ def _conv(ctx, node, ins, outs):
     src = pad(ctx, x, (pt, pl), (max(0, (p_ - 1) * sh + (r_ - 1) * dh + 1 - h_ - pt),
                                  max(0, (q_ - 1) * sw + (s_ - 1) * dw + 1 - w_ - pl)), 0.0)
     rr, rs = te.reduce_axis(r_, "r"), te.reduce_axis(s_, "s")
-    rc = te.reduce_axis(cg, "c") if cg > 1 else None
+    # (a conv over one input channel keeps its channel axis: the convolution rule recognizes it, where a
+    # depthwise-like form without it fell to the generic space, its padding a guard on every FMA's load)
+    rc = te.reduce_axis(cg, "c") if cg > 1 or (group == 1 and ONE_CHANNEL_AXIS) else None
     window = _window(node)
 
     def f(n, k, p, q):

@@ -62,7 +62,7 @@ AVX2_1X1_NO_PREFETCH = True      # ... but not a 1x1's whose tasks keep the redu
 PREFETCH_PER_LINE = True         # ... at the tap loop where a channel's weights are under a line (decision 071)
 DEPTHWISE_ROWS = True    # a row-major depthwise conv starts on its NCHW rows where a row fills a vector (083)
 RELAYOUT_PADS_AT_ROOT = True   # a blocked depthwise conv relaying row-major data starts with one padded copy
-SMALL_WINDOW_WEIGHTS = 4096  # a window's task weights up to which its local tile is its register tile (0: none)
+SMALL_WINDOW_WEIGHTS = 4096  # a window's task weights up to which its local tile is its register tile (0: none; decision 098)
 LOCAL_IS_TILE_WHOLE_REDUCTION = True  # a window's local tile of one register tile: whole reduction inside (082)
 PREFETCH_FIRST_TILE = True       # ... by the first register tile of a local tile only (decision 073)
 
@@ -199,6 +199,7 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
     # (the columns form: its local tile is its register tile, the task's weights reused across tiles from L1)
     # a window over few channels (a stem, a 1-channel input): its task's weights are a few vectors per tap, so a
     # row's local tile reuses little and costs a pass of the accumulators through memory before the epilogue
+    # (docs/decisions/098-small-window-local-is-the-register-tile.md)
     small_window = not info.depthwise and info.R * info.S > 1 and task_weights <= SMALL_WINDOW_WEIGHTS
     src.hint(f"{name}.q2", 1 if dw_blocked or tile_tasks_1x1 or info.lane_group or cols or small_window else
              q_tiles if row_local else 1)

@@ -86,7 +86,8 @@ def _conv(ctx, node, ins, outs):
                                  max(0, (q_ - 1) * sw + (s_ - 1) * dw + 1 - w_ - pl)), 0.0)
     rr, rs = te.reduce_axis(r_, "r"), te.reduce_axis(s_, "s")
     # (a conv over one input channel keeps its channel axis: the convolution rule recognizes it, where a
-    # depthwise-like form without it fell to the generic space, its padding a guard on every FMA's load)
+    # depthwise-like form without it fell to the generic space, its padding a guard on every FMA's load;
+    # docs/decisions/099-one-channel-convs-keep-their-channel-axis.md)
     rc = te.reduce_axis(cg, "c") if cg > 1 or (group == 1 and ONE_CHANNEL_AXIS) else None
     window = _window(node)
 

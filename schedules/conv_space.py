@@ -37,6 +37,7 @@ from schedules.lowering.checks import MAX_VECTOR_LANES
 from schedules.lowering.prefetch import LINE_BYTES, MAX_PREFETCHES
 from tensorir.te import AxisKind
 from tensorir.te.expr import itemsize
+from tensorir.tir.analysis.affine import coefficient
 
 from .conv_columns import column_widths, columns_first, columns_offered, columns_tile, row_choices
 from .conv_match import ConvInfo, find_convs  # noqa: F401  (find_convs: the space finds the anchors here)
@@ -62,6 +63,7 @@ AVX2_1X1_NO_PREFETCH = True      # ... but not a 1x1's whose tasks keep the redu
 PREFETCH_PER_LINE = True         # ... at the tap loop where a channel's weights are under a line (decision 071)
 DEPTHWISE_ROWS = True    # a row-major depthwise conv starts on its NCHW rows where a row fills a vector (083)
 RELAYOUT_PADS_AT_ROOT = True   # a blocked depthwise conv relaying row-major data starts with one padded copy
+PHASE_COLUMNS = True      # the columns form's strided windows read their data split into column phases
 SMALL_WINDOW_WEIGHTS = 4096  # a window's task weights up to which its local tile is its register tile (0: none; decision 098)
 LOCAL_IS_TILE_WHOLE_REDUCTION = True  # a window's local tile of one register tile: whole reduction inside (082)
 PREFETCH_FIRST_TILE = True       # ... by the first register tile of a local tile only (decision 073)
@@ -105,6 +107,17 @@ def _vectorize_copy(s, loop: str, lanes: int):
         s = s.split(loop, factor=f)
         loop = s.trace[-1].outputs[1]
     return s.vectorize(loop)
+
+
+def _column_stride(s, info: ConvInfo) -> int:
+    """The step between the input columns of consecutive output columns of a conv's data read (1: none)."""
+    st = s._state.stage(info.anchor)
+    q = st.root_vars[st.spatial_root[3]]
+    for r in st.reads():
+        if s._state.names.get(id(r.tensor), r.tensor.name) == info.data and len(r.indices) >= 4:
+            step = coefficient(r.indices[3], q)
+            return step if isinstance(step, int) and step > 1 else 1
+    return 1
 
 
 def _relayout(s, info: ConvInfo) -> bool:
@@ -248,9 +261,20 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
         if info.stride > 1 and info.weights is not None:
             src.hint(f"{name}.data_subsample", True)
             subsample = src.choose(f"{name}.data_subsample", [False, True])
-        s = s.pack(info.data, {1: cb}, order=["0", "1.o", "1.i", "2", "3"] if rows_inner else
-                   ["0", "1.o", "2", "3", "1.i"], consumers=[name],
-                   strides={2: info.stride, 3: info.stride} if subsample else None)
+        # the columns form over a strided window: its vectors of output columns read every stride-th input column;
+        # the copy splits the columns into phases (w % stride outermost), so that each tap's vector is contiguous
+        # (stride 2 only: the copy's reads of every other column are two loads and a shuffle, a wider stride's
+        # are gathers, and a 5x5 s4 stem ran 0.9x as fast)
+        phases = _column_stride(s, info) if cols and PHASE_COLUMNS else 1
+        if phases == 2:
+            src.hint(f"{name}.data_phases", True)
+            phases = phases if src.choose(f"{name}.data_phases", [False, True]) else 1
+        if phases == 2:
+            s = s.pack(info.data, {1: cb, 3: phases}, order=["0", "1.o", "1.i", "2", "3.i", "3.o"], consumers=[name])
+        else:
+            s = s.pack(info.data, {1: cb}, order=["0", "1.o", "1.i", "2", "3"] if rows_inner else
+                       ["0", "1.o", "2", "3", "1.i"], consumers=[name],
+                       strides={2: info.stride, 3: info.stride} if subsample else None)
         packs.append(s.trace[-1].outputs[0])
         if info.pad_stage is not None:
             s = s.compute_inline(info.pad_stage)

@@ -63,7 +63,8 @@ AVX2_1X1_NO_PREFETCH = True      # ... but not a 1x1's whose tasks keep the redu
 PREFETCH_PER_LINE = True         # ... at the tap loop where a channel's weights are under a line (decision 071)
 DEPTHWISE_ROWS = True    # a row-major depthwise conv starts on its NCHW rows where a row fills a vector (083)
 RELAYOUT_PADS_AT_ROOT = True   # a blocked depthwise conv relaying row-major data starts with one padded copy
-PHASE_COLUMNS = True      # the columns form's strided windows read their data split into column phases
+PHASE_COLUMNS = True      # the columns form's stride-2 windows read their data split into column phases (100)
+PHASE_MIN_COLUMNS = 5     # ... windows of at least this many columns
 SMALL_WINDOW_WEIGHTS = 4096  # a window's task weights up to which its local tile is its register tile (0: none; decision 098)
 LOCAL_IS_TILE_WHOLE_REDUCTION = True  # a window's local tile of one register tile: whole reduction inside (082)
 PREFETCH_FIRST_TILE = True       # ... by the first register tile of a local tile only (decision 073)
@@ -264,8 +265,9 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
         # the columns form over a strided window: its vectors of output columns read every stride-th input column;
         # the copy splits the columns into phases (w % stride outermost), so that each tap's vector is contiguous
         # (stride 2 only: the copy's reads of every other column are two loads and a shuffle, a wider stride's
-        # are gathers, and a 5x5 s4 stem ran 0.9x as fast)
-        phases = _column_stride(s, info) if cols and PHASE_COLUMNS else 1
+        # are gathers, and a 5x5 s4 stem ran 0.9x as fast; windows of 5+ columns only: a 3x3's taps read each
+        # copied column about twice, and 3x3 s2 stems ran 0.96x-1.03x; docs/decisions/100-strided-columns-in-phases.md)
+        phases = _column_stride(s, info) if cols and PHASE_COLUMNS and info.S >= PHASE_MIN_COLUMNS else 1
         if phases == 2:
             src.hint(f"{name}.data_phases", True)
             phases = phases if src.choose(f"{name}.data_phases", [False, True]) else 1

@@ -267,12 +267,12 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
         # (stride 2 only: the copy's reads of every other column are two loads and a shuffle, a wider stride's
         # are gathers, and a 5x5 s4 stem ran 0.9x as fast; windows of 5+ columns only: a 3x3's taps read each
         # copied column about twice, and 3x3 s2 stems ran 0.96x-1.03x; docs/decisions/100-strided-columns-in-phases.md)
-        phases = _column_stride(s, info) if cols and PHASE_COLUMNS and info.S >= PHASE_MIN_COLUMNS else 1
-        if phases == 2:
+        phased = False
+        if cols and PHASE_COLUMNS and info.S >= PHASE_MIN_COLUMNS and _column_stride(s, info) == 2:
             src.hint(f"{name}.data_phases", True)
-            phases = phases if src.choose(f"{name}.data_phases", [False, True]) else 1
-        if phases == 2:
-            s = s.pack(info.data, {1: cb, 3: phases}, order=["0", "1.o", "1.i", "2", "3.i", "3.o"], consumers=[name])
+            phased = src.choose(f"{name}.data_phases", [False, True])
+        if phased:
+            s = s.pack(info.data, {1: cb, 3: 2}, order=["0", "1.o", "1.i", "2", "3.i", "3.o"], consumers=[name])
         else:
             s = s.pack(info.data, {1: cb}, order=["0", "1.o", "1.i", "2", "3"] if rows_inner else
                        ["0", "1.o", "2", "3", "1.i"], consumers=[name],

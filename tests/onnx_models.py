@@ -98,11 +98,12 @@ def mlp(batch: int = 32, sizes=(1024, 2048, 2048, 1000), seed: int = 0, opset: i
 
 # ------------------------------------------------------------------ ResNet-18
 
-def _conv_bn(m: ModelMaker, x: str, scope: str, c_in: int, c_out: int, k: int, stride: int, relu: bool) -> str:
+def _conv_bn(m: ModelMaker, x: str, scope: str, c_in: int, c_out: int, k: int, stride: int, relu: bool,
+             dilation: int = 1) -> str:
     param = scope.strip("/").replace("/", ".")      # weights are named like module parameters
     w = m.weight(f"{param}.conv.weight", (c_out, c_in, k, k), math.sqrt(2 / (c_in * k * k)))
     y = m.node("Conv", [x, w], f"{scope}/conv", kernel_shape=[k, k], strides=[stride, stride],
-               pads=[k // 2] * 4, dilations=[1, 1], group=1)
+               pads=[dilation * (k // 2)] * 4, dilations=[dilation, dilation], group=1)
     bn = [m.init(f"{param}.bn.{p}", v.astype(np.float32)) for p, v in (
         ("weight", m.rng.uniform(0.5, 1.5, c_out)), ("bias", m.rng.uniform(-0.2, 0.2, c_out)),
         ("running_mean", m.rng.uniform(-0.2, 0.2, c_out)), ("running_var", m.rng.uniform(0.5, 1.5, c_out)))]
@@ -486,6 +487,25 @@ def lenet(batch: int = 64, classes: int = 10, seed: int = 0, opset: int = 13) ->
     y = m.node("Gemm", [y, m.weight("fc1.weight", (classes, 128), 0.09), m.weight("fc1.bias", (classes,), 0.1)],
                "/fc1", transB=1)
     return m.model("lenet", (batch, 1, 28, 28), m.node("LogSoftmax", [y], "/log_softmax", axis=1), (batch, classes))
+
+
+def aspp(batch: int = 1, channels: int = 256, out_channels: int = 128, size: int = 33, rates: str = "6,12,18",
+         seed: int = 0, opset: int = 13) -> onnx.ModelProto:
+    """DeepLab-v3's atrous spatial pyramid pooling head (BatchNorm unfolded): a 1x1 conv, 3x3 convs dilated by
+    each of ``rates``, an image-pool branch (global pool, 1x1 conv, bilinear Resize back to the plane), their
+    Concat and a 1x1 projection, Relu after each."""
+    m = ModelMaker(seed, opset)
+    dils = [int(r) for r in str(rates).replace("/", ",").split(",")]
+    branches = [_conv_bn(m, "input", "/aspp0", channels, out_channels, 1, 1, True)]
+    branches += [_conv_bn(m, "input", f"/aspp{i + 1}", channels, out_channels, 3, 1, True, dilation=d)
+                 for i, d in enumerate(dils)]
+    g = m.node("Relu", [_conv_bn(m, m.node("GlobalAveragePool", ["input"], "/pool"), "/pool", channels,
+                                 out_channels, 1, 1, False)], "/pool")
+    sizes = m.ints("/pool/sizes", [batch, out_channels, size, size])
+    branches.append(m.node("Resize", [g, "", "", sizes], "/pool", mode="linear"))
+    y = m.node("Concat", branches, "/cat", axis=1)
+    y = _conv_bn(m, y, "/project", len(branches) * out_channels, out_channels, 1, 1, True)
+    return m.model("aspp", (batch, channels, size, size), y, (batch, out_channels, size, size))
 
 
 def conv1d(channels: int = 64, out_channels: int = 64, length: int = 1000, kernel: int = 3, stride: int = 1,

@@ -250,7 +250,9 @@ def test_scatter_and_gather_nd_with_known_indices():
                                           ("yolo_neck", dict(channels=24, size=10)),
                                           ("dcgan_generator", dict(channels=32, size=5)),
                                           ("dcgan_generator", dict(batch=2, channels=24, size=4, out_channels=1)),
-                                          ("lenet", dict(batch=3, classes=7))])
+                                          ("lenet", dict(batch=3, classes=7)),
+                                          ("aspp", dict(channels=32, out_channels=16, size=13, rates="2,5,9")),
+                                          ("aspp", dict(batch=2, channels=24, out_channels=24, size=9, rates="3"))])
 def test_new_builders_match_onnxruntime(name, kwargs):
     models = pytest.importorskip("tests.onnx_models")
     model = getattr(models, name)(**kwargs)

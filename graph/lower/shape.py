@@ -105,7 +105,7 @@ def _expand(ctx, node, ins, outs):
     return [ctx.emit(shape, outs[0].dtype, lambda *i: x.at(i, shape), "expand")]
 
 
-BLOCK_TESTS = True    # a blocked channel concat of whole blocks tests the block, not the channel
+BLOCK_TESTS = True    # a blocked channel concat of whole blocks tests the block, not the channel (decision 101)
 
 
 @lowering("Concat")
@@ -115,6 +115,7 @@ def _concat(ctx, node, ins, outs):
     offsets = np.cumsum([0] + [v.shape[axis] for v in parts]).tolist()
     # a concat along the channels of a blocked output whose parts are whole blocks picks its part by the block:
     # the test is then the same for a vector's lanes (a scalar branch), not a lane mask over every part's loads
+    # (docs/decisions/101-blocked-concats-test-the-block.md)
     block = block_of(ctx.layout_for(outs[0].shape)) if BLOCK_TESTS and axis == 1 else 0
     g = block if block and all(o % block == 0 for o in offsets) else 1
 

@@ -508,6 +508,30 @@ def aspp(batch: int = 1, channels: int = 256, out_channels: int = 128, size: int
     return m.model("aspp", (batch, channels, size, size), y, (batch, out_channels, size, size))
 
 
+def tf_mobilenet(batch: int = 1, size: int = 96, channels: int = 32, seed: int = 0, opset: int = 13) -> onnx.ModelProto:
+    """A MobileNet-V1 start as tf2onnx exports it: an NHWC input transposed to NCHW, every SAME padding an explicit
+    Pad before a VALID Conv, ReLU6 as Clip; a 3x3 s2 stem, depthwise 3x3 + 1x1 twice (the second depthwise
+    strided), the output transposed back to NHWC. ``size`` must be a multiple of 4."""
+    if size % 4:
+        raise ValueError(f"tf_mobilenet: size {size} is not a multiple of 4")
+    m = ModelMaker(seed, opset)
+
+    def conv(x, scope, c_in, c_out, k, stride=1, group=1, pads=None):
+        if pads:
+            x = m.node("Pad", [x, m.ints(f"{scope}/pads", [0, 0, pads[0], pads[1], 0, 0, pads[2], pads[3]])], scope)
+        w = m.weight(f"{scope}.w", (c_out, c_in // group, k, k), math.sqrt(2 / (c_in // group * k * k)))
+        y = m.node("Conv", [x, w, m.weight(f"{scope}.b", (c_out,), 0.1)], scope, kernel_shape=[k, k],
+                   strides=[stride, stride], group=group)
+        return m.node("Clip", [y, m.scalar(f"{scope}/lo", 0.0), m.scalar(f"{scope}/hi", 6.0)], scope)
+    x = m.node("Transpose", ["input"], "/to_nchw", perm=[0, 3, 1, 2])
+    x = conv(x, "/stem", 3, channels, 3, stride=2, pads=(0, 0, 1, 1))      # SAME at stride 2: pad after only
+    x = conv(conv(x, "/dw1", channels, channels, 3, group=channels, pads=(1, 1, 1, 1)), "/pw1", channels, 2 * channels, 1)
+    c = 2 * channels
+    x = conv(conv(x, "/dw2", c, c, 3, stride=2, group=c, pads=(0, 0, 1, 1)), "/pw2", c, c, 1)
+    y = m.node("Transpose", [x], "/to_nhwc", perm=[0, 2, 3, 1])
+    return m.model("tf_mobilenet", (batch, size, size, 3), y, (batch, size // 4, size // 4, c))
+
+
 def conv1d(channels: int = 64, out_channels: int = 64, length: int = 1000, kernel: int = 3, stride: int = 1,
            dilation: int = 1, groups: int = 1, batch: int = 1, seed: int = 0, opset: int = 13) -> onnx.ModelProto:
     """One 1-d conv (biased, ``kernel`` taps, padding ``dilation * (kernel // 2)``) and its Relu: an audio or

@@ -252,7 +252,9 @@ def test_scatter_and_gather_nd_with_known_indices():
                                           ("dcgan_generator", dict(batch=2, channels=24, size=4, out_channels=1)),
                                           ("lenet", dict(batch=3, classes=7)),
                                           ("aspp", dict(channels=32, out_channels=16, size=13, rates="2,5,9")),
-                                          ("aspp", dict(batch=2, channels=24, out_channels=24, size=9, rates="3"))])
+                                          ("aspp", dict(batch=2, channels=24, out_channels=24, size=9, rates="3")),
+                                          ("tf_mobilenet", dict(size=20, channels=16)),
+                                          ("tf_mobilenet", dict(batch=2, size=12, channels=8))])
 def test_new_builders_match_onnxruntime(name, kwargs):
     models = pytest.importorskip("tests.onnx_models")
     model = getattr(models, name)(**kwargs)
@@ -278,3 +280,25 @@ def test_a_one_channel_conv_writing_a_graph_output_is_the_convolution_rules(rule
     convs = [i for lw in plan.lowered for i in find_convs(Schedule(lw.tensors).stage_graph()).values()]
     assert [(i.C, i.K, i.R, i.S) for i in convs] == ([(1, 12, 5, 5)] if rule else [])
     _check(model, {"x": RNG.standard_normal((2, 1, 17, 23)).astype(np.float32)})
+
+
+@pytest.mark.parametrize("rule", [True, False])
+def test_a_tensorflow_export_s_explicit_pads_fold_into_its_convs(rule, monkeypatch):
+    # tf2onnx writes SAME padding as Pad + VALID Conv, and an NHWC input transposed first (decision 102)
+    from graph.passes import pad
+    from tuner.model_compile import plan_graph
+    monkeypatch.setattr(pad, "FOLD_PADS", rule)
+    w1, w2 = RNG.standard_normal((16, 3, 3, 3)).astype(np.float32), RNG.standard_normal((16, 1, 3, 3)).astype(np.float32)
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 3, 1, 2]),
+             helper.make_node("Pad", ["t", "p1"], ["a"]),
+             helper.make_node("Conv", ["a", "w1", "b1"], ["c1"], strides=[2, 2]),
+             helper.make_node("Clip", ["c1", "lo", "hi"], ["r1"]),
+             helper.make_node("Pad", ["r1", "p2"], ["d"]),
+             helper.make_node("Conv", ["d", "w2"], ["y"], group=16)]
+    weights = {"w1": w1, "b1": RNG.standard_normal(16).astype(np.float32), "w2": w2,
+               "p1": np.array([0, 0, 0, 0, 0, 0, 1, 1], np.int64), "p2": np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64),
+               "lo": np.array(0.0, np.float32), "hi": np.array(6.0, np.float32)}
+    model = _model(nodes, [("x", TensorProto.FLOAT, [1, 20, 22, 3])], ["y"], weights)
+    plan = plan_graph(load(model))
+    assert any(n.op == "Pad" for g in plan.groups for n in g.nodes) is not rule
+    _check(model, {"x": RNG.standard_normal((1, 20, 22, 3)).astype(np.float32)})

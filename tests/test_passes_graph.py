@@ -109,6 +109,42 @@ def test_batchnorm_is_not_folded_into_a_producer_with_another_reader():
     assert fold_batchnorm(g) is g
 
 
+# ------------------------------------------------------------------ Pad folding
+
+def _pad_conv(pads, mode="constant", value=0.0, side_reader=False, bias=True):
+    b = GraphBuilder("padconv")
+    x = b.input("x", (2, 3, 9, 8))
+    p = b.op("Pad", [x], name="pad", pads=pads, mode=mode, value=value)
+    y = b.op("Conv", [p, b.constant("w", _rand(5, 3, 3, 3)), b.constant("cb", _rand(5)) if bias else None],
+             name="conv", strides=(2, 1), pads=(0, 1, 1, 0))
+    return b.build([y, b.op("Relu", [p], name="side")] if side_reader else [y])
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("side_reader", [False, True])
+def test_a_zero_spatial_pad_folds_into_the_conv_that_reads_it(bias, side_reader):
+    # TensorFlow's SAME padding as an explicit Pad before a VALID Conv (decision 102): the copy was a kernel of
+    # its own, its row-major output between blocked convs
+    from graph.passes.pad import PAD_CONV, fold_pads
+    g = _pad_conv((0, 0, 1, 2, 0, 0, 3, 0), side_reader=side_reader, bias=bias)
+    assert len(match_all(g, PAD_CONV)) == 1
+    out = eliminate_dead_code(fold_pads(g))
+    (conv,) = [n for n in out.nodes if n.op == "Conv"]
+    assert conv.attr("pads") == (1, 3, 4, 0) and conv.attr("strides") == (2, 1)
+    assert [n.op for n in out.nodes].count("Pad") == (1 if side_reader else 0)
+    _same_numbers(g, out)
+
+
+@pytest.mark.parametrize("pads, mode, value", [((1, 0, 1, 1, 0, 0, 1, 1), "constant", 0.0),    # pads the batch
+                                               ((0, 0, 1, -1, 0, 0, 1, 1), "constant", 0.0),   # crops a column
+                                               ((0, 0, 1, 1, 0, 0, 1, 1), "constant", 0.5),
+                                               ((0, 0, 1, 1, 0, 0, 1, 1), "reflect", 0.0)])
+def test_other_pads_stay_before_the_conv(pads, mode, value):
+    from graph.passes.pad import fold_pads
+    g = _pad_conv(pads, mode, value)
+    assert fold_pads(g) is g
+
+
 # ------------------------------------------------------------------ Gelu recognition
 
 def _gelu_graph(form, half=0.5, sqrt2=math.sqrt(2), extra_user=False, shape=(2, 8)):

@@ -2,7 +2,7 @@
 
 >>> from graph.passes import PIPELINE
 >>> [p.name for p in PIPELINE]
-['fold_constants', 'dce', 'simplify', 'cse', 'fold_batchnorm', 'recognize', 'dce']
+['fold_constants', 'dce', 'simplify', 'cse', 'fold_pads', 'fold_batchnorm', 'recognize', 'dce']
 """
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from graph.passes.base import GraphPass, RulePass
 from graph.passes.batchnorm import fold_batchnorm
 from graph.passes.cleanup import eliminate_common_subexpressions, eliminate_dead_code
 from graph.passes.fold import fold_constants
+from graph.passes.pad import fold_pads
 from graph.passes.recognize import recognize
 from graph.passes.simplify import simplify
 
@@ -22,7 +23,7 @@ CSE = GraphPass("cse", eliminate_common_subexpressions)
 
 # Folding first removes shape plumbing; simplification and CSE then leave one canonical copy of
 # each computation, which is what the BatchNorm and Gelu/LayerNorm patterns expect to find.
-PIPELINE = (FOLD_CONSTANTS, DCE, simplify, CSE, fold_batchnorm, recognize, DCE)
+PIPELINE = (FOLD_CONSTANTS, DCE, simplify, CSE, fold_pads, fold_batchnorm, recognize, DCE)
 
 
 def get_pass(name: str):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from graph.pattern import Emitter, Op, Optional, Rule, Wildcard
 from graph.passes.base import RulePass
 
-FOLD_PADS = True   # False: every Pad a kernel of its own (the pipeline before this pass)
+FOLD_PADS = True   # False: every Pad a kernel of its own (docs/decisions/102-zero-pads-fold-into-convs.md)
 
 
 def _zero_spatial_pad(node, graph) -> bool:

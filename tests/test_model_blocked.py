@@ -353,13 +353,12 @@ def test_a_deconv_no_concat_takes_keeps_channel_major_phases():
 @pytest.mark.parametrize("rule", [True, False])
 def test_a_blocked_concat_of_whole_blocks_picks_its_part_by_the_block(rule, monkeypatch):
     # decision 101: a test on the channel (block * B + lane) varied with the lane as far as code generation could
-    # tell, so every part's loads were masked in every vector (ASPP's concat 0.476 ms against 0.072); the simplifier
-    # now drops the lane from a comparison with a multiple of the block
+    # tell, so every part's loads were masked in every vector (ASPP's concat 0.476 ms against 0.072)
     import re
+    from graph.lower import shape
     from schedules.space import FixedDecisions, GeneratedSpace
-    from tensorir.tir.transform import simplify
     from tests.onnx_models import aspp
-    monkeypatch.setattr(simplify, "BLOCK_COMPARES", rule)
+    monkeypatch.setattr(shape, "BLOCK_TESTS", rule)
     model = aspp(channels=32, out_channels=16, size=9, rates="2,4")
     plan = plan_graph(load(model))
     (lw,) = [lw for g, lw in zip(plan.groups, plan.lowered) if g.nodes[-1].op == "Concat"]

@@ -364,37 +364,3 @@ def test_divmod_by_a_multiple_of_a_block_resolves_and_keeps_every_value():
                 for y in range(hi + 1):
                     env = {"co": x, "ci": y}
                     assert int_values(s, env) == int_values(e, env), (e, s, env)
-
-
-@pytest.mark.parametrize("rule", [True, False])
-def test_a_comparison_with_a_multiple_of_a_block_drops_the_part_within_the_block(rule, monkeypatch):
-    # decision 101: x * 32 + y * 16 + z < 128 with y < 2, z < 16 is x < 4 (a blocked concat's part test)
-    from tensorir.tir.transform import simplify as simp
-    monkeypatch.setattr(simp, "BLOCK_COMPARES", rule)
-    x, y, z = Var("x"), Var("y"), Var("z")
-    ranges = {x: (0, 19), y: (0, 1), z: (0, 15)}
-    e = add(add(mul(x, _i(32)), mul(y, _i(16))), z)
-    for op, bound, want_op, want in ((BinOp.LT, 128, BinOp.LT, 4), (BinOp.GE, 64, BinOp.GE, 2),
-                                     (BinOp.LE, 95, BinOp.LT, 3), (BinOp.GT, 31, BinOp.GE, 1)):
-        got = simp.simplify(Binary(op, e, _i(bound)), ranges)
-        assert (got == Binary(want_op, x, _i(want))) is rule, (op, got)
-        for xv in range(20):          # the same truth value on every point of the box
-            for yv in range(2):
-                for zv in range(16):
-                    env = {x: xv, y: yv, z: zv}
-                    assert _eval(got, env) == _eval(Binary(op, e, _i(bound)), env)
-    # a bound that is not a multiple of the block, or a part that can reach the block: unchanged
-    assert simp.simplify(Binary(BinOp.LT, e, _i(120)), ranges) != Binary(BinOp.LT, x, _i(4))
-    wide = {x: (0, 19), y: (0, 1), z: (0, 16)}
-    assert "z" in str(simp.simplify(Binary(BinOp.LT, e, _i(128)), wide))
-
-
-def _eval(e, env):
-    if isinstance(e, Var):
-        return env[e]
-    if isinstance(e, Const):
-        return e.value
-    import operator
-    ops = {BinOp.ADD: operator.add, BinOp.SUB: operator.sub, BinOp.MUL: operator.mul, BinOp.LT: operator.lt,
-           BinOp.LE: operator.le, BinOp.GT: operator.gt, BinOp.GE: operator.ge}
-    return ops[e.op](_eval(e.a, env), _eval(e.b, env))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from graph.lower.core import LoweringError
+from graph.lower.core import LoweringError, block_of
 from graph.lower.elementwise import lowering
 from tensorir import te
 
@@ -105,11 +105,19 @@ def _expand(ctx, node, ins, outs):
     return [ctx.emit(shape, outs[0].dtype, lambda *i: x.at(i, shape), "expand")]
 
 
+BLOCK_TESTS = True    # a blocked channel concat of whole blocks tests the block, not the channel (decision 101)
+
+
 @lowering("Concat")
 def _concat(ctx, node, ins, outs):
     axis = node.attr("axis")
     parts = [v for v in ins if v is not None and v.shape[axis] > 0]
     offsets = np.cumsum([0] + [v.shape[axis] for v in parts]).tolist()
+    # a concat along the channels of a blocked output whose parts are whole blocks picks its part by the block:
+    # the test is then the same for a vector's lanes (a scalar branch), not a lane mask over every part's loads
+    # (docs/decisions/101-blocked-concats-test-the-block.md)
+    block = block_of(ctx.layout_for(outs[0].shape)) if BLOCK_TESTS and axis == 1 else 0
+    g = block if block and all(o % block == 0 for o in offsets) else 1
 
     def f(*i):
         i = list(i)
@@ -117,7 +125,8 @@ def _concat(ctx, node, ins, outs):
         for n in reversed(range(len(parts))):
             idx = i[:axis] + [i[axis] - offsets[n] if offsets[n] else i[axis]] + i[axis + 1:]
             val = parts[n](*idx)
-            e = val if e is None else te.if_then_else(i[axis] < offsets[n + 1], val, e)
+            test = i[axis] // g < offsets[n + 1] // g if g > 1 else i[axis] < offsets[n + 1]
+            e = val if e is None else te.if_then_else(test, val, e)
         return e
     return [ctx.emit(outs[0].shape, outs[0].dtype, f, "concat")]
 

@@ -22,10 +22,6 @@ from tensorir.tir.ir import Allocate, For, IfThenElse, Prefetch, PrimFunc, Seq, 
 # of the modulus (False: only a remainder within one whole block resolves);
 # why: docs/decisions/076-lane-pattern-loads.md
 DIVISOR_SPLIT = True
-# x * 32 + y < 128 with 0 <= y < 32 is x < 4: a comparison with a multiple of a block drops the part within the block,
-# so a blocked concat's part test is the block's, the same for a vector's lanes (False: left as it is);
-# why: docs/decisions/101-blocked-concats-test-the-block.md
-BLOCK_COMPARES = True
 
 
 def simplify(e: Expr, ranges: Ranges | None = None) -> Expr:
@@ -163,13 +159,12 @@ class Simplifier:
         inner = Binary(BinOp.FLOORDIV, rest.to_expr(), const(c))
         return q.add(Affine({inner: 1})).to_expr() if q.terms or q.const else inner
 
-    def _split_at_divisor(self, rest: Affine, c: int, proper: bool = True):
-        """``(g, big, small)`` with ``rest == g * big + small``, ``g`` the largest divisor of ``c`` above 1
-        (a proper one unless not ``proper``) for which the terms of ``rest`` whose coefficients ``g`` does
-        not divide (and the constant's remainder) range within ``[0, g)``; None when no divisor does."""
+    def _split_at_divisor(self, rest: Affine, c: int):
+        """``(g, big, small)`` with ``rest == g * big + small``, ``g`` the largest proper divisor of
+        ``c`` for which the terms of ``rest`` whose coefficients ``g`` does not divide (and the
+        constant's remainder) range within ``[0, g)``; None when no divisor does."""
         divisors = {d for i in range(2, math.isqrt(c) + 1) if c % i == 0 for d in (i, c // i)}
-        for g in sorted(divisors | ({c} if not proper and c > 1 else set()) - ({c} if proper else set()),
-                        reverse=True):
+        for g in sorted(divisors - {c}, reverse=True):
             big = Affine({t: k // g for t, k in rest.terms.items() if k % g == 0}, rest.const // g)
             small = Affine({t: k for t, k in rest.terms.items() if k % g}, rest.const % g)
             if not big.terms:
@@ -195,13 +190,6 @@ class Simplifier:
         # canonical form: (terms) op (constant)
         c = diff.const
         diff.const = 0
-        bound = -c + (1 if op in (BinOp.LE, BinOp.GT) else 0)     # terms < bound, or terms >= bound
-        if BLOCK_COMPARES and op in (BinOp.LT, BinOp.LE, BinOp.GT, BinOp.GE) and bound > 1:
-            split = self._split_at_divisor(diff, bound, proper=False)
-            if split is not None and not split[2].const:
-                # g * big + small with 0 <= small < g: below g * m exactly when big is below m
-                g, big, _ = split
-                return Binary(BinOp.LT if op in (BinOp.LT, BinOp.LE) else BinOp.GE, big.to_expr(), const(bound // g))
         return Binary(op, diff.to_expr(), const(-c))
 
 

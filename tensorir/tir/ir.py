@@ -102,9 +102,14 @@ class For(Stmt):
 
 @dataclass(frozen=True, slots=True)
 class IfThenElse(Stmt):
+    """``if cond: then else: otherwise``.  ``skip``: the branch only skips work that would change nothing
+    (a convolution's taps that read only zero padding, :mod:`schedules.skip`); running ``then``
+    regardless would leave the same state, so a pass may treat what it writes as written
+    unconditionally (register promotion does)."""
     cond: Expr
     then: Stmt
     otherwise: Stmt | None = None
+    skip: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,7 +198,7 @@ def stmt_lines(s, indent: int = 0) -> list:
         tag = "" if s.kind is ForKind.SERIAL else f"  # {s.kind.value}"
         return [f"{pad}for {s.var.name} in range({s.extent}):{tag}"] + stmt_lines(s.body, indent + 1)
     if isinstance(s, IfThenElse):
-        out = [f"{pad}if {expr_str(s.cond)}:"] + stmt_lines(s.then, indent + 1)
+        out = [f"{pad}if {expr_str(s.cond)}:{'  # skip' if s.skip else ''}"] + stmt_lines(s.then, indent + 1)
         if s.otherwise is not None:
             out += [f"{pad}else:"] + stmt_lines(s.otherwise, indent + 1)
         return out

@@ -48,7 +48,7 @@ def rewrite_stmt(s, expr, store=None):
         return Allocate(s.buffer, rewrite_stmt(s.body, expr, store))
     if isinstance(s, IfThenElse):
         return IfThenElse(expr(s.cond), rewrite_stmt(s.then, expr, store),
-                          None if s.otherwise is None else rewrite_stmt(s.otherwise, expr, store))
+                          None if s.otherwise is None else rewrite_stmt(s.otherwise, expr, store), s.skip)
     if isinstance(s, Store):
         new = Store(s.buffer, tuple(expr(i) for i in s.indices), expr(s.value))
         return new if store is None else store(new)

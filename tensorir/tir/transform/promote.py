@@ -56,7 +56,7 @@ class _Promoter:
             return seq(*[self.visit(c) for c in s.stmts])
         if isinstance(s, IfThenElse):
             return IfThenElse(s.cond, self.visit(s.then),
-                              None if s.otherwise is None else self.visit(s.otherwise))
+                              None if s.otherwise is None else self.visit(s.otherwise), s.skip)
         if isinstance(s, Allocate):
             if promoted_copy(s) is not None:
                 self.copies.add(s.buffer)
@@ -80,7 +80,7 @@ class _Promoter:
         side is straight-line code of its own, and a copy around one side is exact."""
         if isinstance(body, IfThenElse):
             return IfThenElse(body.cond, self.tiles_in_body(body.then),
-                              None if body.otherwise is None else self.tiles_in_body(body.otherwise))
+                              None if body.otherwise is None else self.tiles_in_body(body.otherwise), body.skip)
         for buf, indices, loops in repeated_tiles(body, skip=self.copies):
             tmp, tidx, copy_in, copy_out = self.tile(buf, indices, loops)
             body = Allocate(tmp, seq(copy_in, _redirect(body, buf, indices, tmp, tidx), copy_out))
@@ -186,8 +186,11 @@ def invariant_elements(loop: For, skip=frozenset()) -> list:
             binders.setdefault(st.var.name, []).append(st)
             visit(st.body, conditional)
         elif isinstance(st, IfThenElse):
+            # a skipping branch's body may run regardless (ir.IfThenElse.skip): what it writes counts as
+            # written unconditionally, so a conv's accumulators stay promoted across its tap loops
+            inside = conditional or not st.skip or st.otherwise is not None
             exprs(st.cond, True)
-            visit(st.then, True)
+            visit(st.then, inside)
             if st.otherwise is not None:
                 visit(st.otherwise, True)
         elif isinstance(st, Store):

@@ -301,7 +301,7 @@ class _StmtSimplifier:
             other = None if s.otherwise is None else self.stmt(s.otherwise, simp)
             if then is s.then and other is s.otherwise:
                 return s
-            return IfThenElse(s.cond, then, other)
+            return IfThenElse(s.cond, then, other, s.skip)
         if isinstance(s, Allocate):
             body = self.stmt(s.body, simp)
             return s if body is s.body else Allocate(s.buffer, body)

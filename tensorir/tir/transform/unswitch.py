@@ -66,7 +66,7 @@ class _Unswitch:
         if isinstance(s, IfThenElse):
             then = self.stmt(s.then, ranges, slow)
             other = None if s.otherwise is None else self.stmt(s.otherwise, ranges, slow | {s.cond})
-            return s if then is s.then and other is s.otherwise else IfThenElse(s.cond, then, other)
+            return s if then is s.then and other is s.otherwise else IfThenElse(s.cond, then, other, s.skip)
         return s
 
     def hoist(self, s):

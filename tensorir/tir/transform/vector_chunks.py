@@ -98,7 +98,7 @@ def _chunk(s, native: int):
     if isinstance(s, IfThenElse):
         then = _chunk(s.then, native)
         other = None if s.otherwise is None else _chunk(s.otherwise, native)
-        return s if then is s.then and other is s.otherwise else IfThenElse(s.cond, then, other)
+        return s if then is s.then and other is s.otherwise else IfThenElse(s.cond, then, other, s.skip)
     if isinstance(s, Allocate):
         body = _chunk(s.body, native)
         return s if body is s.body else Allocate(s.buffer, body)

@@ -12,7 +12,7 @@ import re
 
 from schedules.errors import (AnnotationError, CacheWriteError, ComputeAtError, ComputeInlineError,
                               FuseError, PackError, PrefetchError, ReorderError, RFactorError, ScheduleError,
-                              SplitError)
+                              SkipPaddingError, SplitError)
 from schedules.state import Stage, StageGraph
 
 #
@@ -27,7 +27,7 @@ ERRORS = {"split": SplitError, "fuse": FuseError, "reorder": ReorderError, "unro
           "vectorize": AnnotationError, "parallel": AnnotationError, "compute_at": ComputeAtError,
           "compute_root": ComputeAtError, "compute_inline": ComputeInlineError,
           "cache_write": CacheWriteError, "pack": PackError, "rfactor": RFactorError,
-          "prefetch": PrefetchError}
+          "prefetch": PrefetchError, "skip_padding": SkipPaddingError}
 
 # (inputs, attributes, output names): inputs are "loop" handles ('C.i'), "stage" or "tensor"
 # names, "loops" one or more loop handles; outputs is how many names the primitive makes
@@ -48,6 +48,7 @@ SIGNATURES = {
     # the tensor is an attribute, not an input: it names no handle the trace makes or consumes
     # (tuner.prepack drops the instructions on a pack it moves out, but keeps a prefetch of it)
     "prefetch": (("loop",), ("tensor", "offset", "offset_bytes", "first"), (0, None)),
+    "skip_padding": (("loop",), ("tensor",), (0, None)),
 }
 
 _WHAT = {"loop": "a loop handle like 'C.i'", "stage": "a stage name", "tensor": "a tensor name",
@@ -236,8 +237,17 @@ def _check_prefetch_attrs(inputs, attrs):
     return attrs
 
 
+def _check_skip_attrs(inputs, attrs):
+    tensor = attrs.get("tensor")
+    if not isinstance(tensor, str):
+        raise SkipPaddingError("skip_padding", f"expected the name of a padded tensor for loop {inputs[0]}, got "
+                               f"{show(tensor)}")
+    _check_printable(tensor, "skip_padding", "a tensor name")
+    return attrs
+
+
 _ATTR_CHECKS = {"split": _check_split_attrs, "pack": _check_pack_attrs, "rfactor": _check_rfactor_attrs,
-                "prefetch": _check_prefetch_attrs}
+                "prefetch": _check_prefetch_attrs, "skip_padding": _check_skip_attrs}
 
 
 def unique_name(base: str, taken) -> str:

@@ -45,6 +45,7 @@ from .conv_start import (LOCAL_VALUES, block_choices, block_widths, depthwise_ti
                          local_rows, spare_registers, vector_registers)
 from .pool_rows import tile_pool_rows
 from .prefetch import PANEL_DISTANCE, prefetch_decision
+from .skip import padded_reads, padding_share
 from .tiling import fuse_parallel, split_all
 
 MAX_UNROLLED_FMAS = 256   # vector FMAs of the register tile times the unrolled channel block
@@ -68,6 +69,7 @@ PHASE_MIN_COLUMNS = 5     # ... windows of at least this many columns
 SMALL_WINDOW_WEIGHTS = 4096  # a window's task weights up to which its local tile is its register tile (0: none; decision 098)
 LOCAL_IS_TILE_WHOLE_REDUCTION = True  # a window's local tile of one register tile: whole reduction inside (082)
 PREFETCH_FIRST_TILE = True       # ... by the first register tile of a local tile only (decision 073)
+SKIP_MIN_SHARE = 0.05     # share of a window's terms on padding from which the start skips those taps (decision 103)
 
 
 def _chunks_outside_taps(s, w_pack: str):
@@ -127,6 +129,29 @@ def _relayout(s, info: ConvInfo) -> bool:
     st = s._state.stage(info.pad_stage)
     lane = st.root_vars[st.spatial_root[-1]]
     return any(r.indices[-1] != lane for r in st.reads())
+
+
+def _skip_taps(s, src, name: str, local: str, taps: list):
+    """Tap loops (serial, of the local stage) that skip the taps whose reads are all padding: a decision where
+    the local stage reads a zero padding (its pack); the start skips where at least ``SKIP_MIN_SHARE`` of
+    the terms read padding (a dilated window over a small plane: ASPP's rate 18 over 33x33, 60%; a 3x3 at
+    7x7, 18%; docs/decisions/103-taps-on-padding-are-skipped.md)."""
+    g = s._state
+    st = g.stage(local)
+    pads = [t for t in dict.fromkeys(g.names.get(id(x)) for x in st.read_tensors()) if padded_reads(g, st, t)]
+    names = {lp: lp.split(".", 1)[1] for lp in taps}
+    loops = [lp for lp in taps if names[lp] in st.leaf and s.extent(lp) > 1 and names[lp] not in st.ann]
+    if not pads or not loops:
+        return s
+    share = max(padding_share(g, st, t) for t in pads)
+    if share <= 0:
+        return s
+    src.hint(f"{name}.skip_taps", share >= SKIP_MIN_SHARE)
+    if src.choose(f"{name}.skip_taps", [False, True]):
+        for lp in loops:
+            for t in pads:
+                s = s.skip_padding(t, lp)
+    return s
 
 
 # ----------------------------------------------------------------------- rule
@@ -452,6 +477,7 @@ def tile_conv(space, s, src, info: ConvInfo, epilogue: str | None):
         if fmas * s.extent(last) <= MAX_UNROLLED_FMAS and s.extent(last) > 1 \
                 and src.choose(f"{name}.unroll_inner", [True, False]):
             s = s.unroll(last)
+    s = _skip_taps(s, src, name, local, [r, s_])
     done = {name, outer, local, *packs}
     if info.pad_stage is not None and (not info.blocked or info.weights is None or pad_rows
                                        or pad_at in ("task", "inline")):

@@ -73,6 +73,10 @@ class PrefetchError(ScheduleError):
     pass
 
 
+class SkipPaddingError(ScheduleError):
+    pass
+
+
 class DecisionError(ScheduleError):
     """A trace refers to a decision that has no value, or the value is malformed."""
 

@@ -69,6 +69,10 @@ def _check_unannotated(st: Stage, loop: str, prim: str, exc) -> None:
     if fetched:
         raise exc(prim, f"loop {st.name}.{loop} prefetches {fetched[0]}; apply {prim} before prefetch",
                   stage=st.name, loop=loop)
+    skipped = [k.tensor for k in st.skips if k.loop == loop]
+    if skipped:
+        raise exc(prim, f"loop {st.name}.{loop} skips {skipped[0]}'s padding; apply {prim} before skip_padding",
+                  stage=st.name, loop=loop)
 
 
 # --------------------------------------------------------------- loop shape
@@ -245,7 +249,7 @@ def apply_compute_inline(g, inputs, attrs, outputs):
 # ------------------------------------------------------------ new stages
 
 def _check_fresh(st: Stage, prim: str, exc) -> None:
-    if st.relations or st.ann or st.prefetches or st.leaf != st.root or st.attach is not ROOT:
+    if st.relations or st.ann or st.prefetches or st.skips or st.leaf != st.root or st.attach is not ROOT:
         raise exc(prim, f"stage {st.name} has already been scheduled; apply {prim} before splitting, "
                   "reordering, annotating, prefetching or attaching it", stage=st.name)
 

@@ -25,9 +25,10 @@ from tensorir.te import AxisKind
 from .arguments import SIGNATURES, check_instruction, show
 from .prefetch import apply_prefetch
 from .primitives import PRIMITIVES, check_attachments, get_stage
+from .skip import apply_skip_padding
 
 TRACE_VERSION = 1
-_APPLY = {**PRIMITIVES, "prefetch": apply_prefetch}
+_APPLY = {**PRIMITIVES, "prefetch": apply_prefetch, "skip_padding": apply_skip_padding}
 
 
 @dataclass(frozen=True)
@@ -386,6 +387,19 @@ class Schedule:
         return self._do("prefetch", [loop], {"tensor": name, "offset": offset, "offset_bytes": offset_bytes,
                                              "first": first or None})
 
+    def skip_padding(self, tensor, loop: str) -> "Schedule":
+        """Skip the iterations of reduce loop ``loop`` whose reads of ``tensor`` (a stage computed as
+        ``select(box, x, 0)``: a padding, or a pack it was inlined into) all read padding
+        (:mod:`schedules.skip`).  A dilated 3x3's taps over a padded copy, ``skip_padding("pad0", "conv0.r")``::
+
+            for conv0.r in range(3):
+              if p + r * 18 + 17 >= 18 and p + r * 18 < 51:  # skip
+                for conv0.s in range(3):
+                  ...
+        """
+        name = self._state.names.get(id(tensor), tensor.name) if hasattr(tensor, "op") else tensor
+        return self._do("skip_padding", [loop], {"tensor": name})
+
     def tile(self, loops: list, factors: list) -> "Schedule":
         """Split each loop by its factor and put all outer loops before all inner loops."""
         listed = [_as_list(loops), _as_list(factors)]
@@ -522,6 +536,8 @@ def _python_args(kind: str, inputs: list, attrs: dict, names) -> list:
     elif kind == "prefetch":
         args = [repr(attrs["tensor"]), *args] + [f"{k}={attrs[k]!r}" for k in ("offset", "offset_bytes", "first")
                                                  if k in attrs]
+    elif kind == "skip_padding":
+        args = [repr(attrs["tensor"]), *args]
     if names is not None:
         args.append(f"names={tuple(names)!r}" if kind == "split" else f"name={names[0]!r}")
     return args
@@ -544,6 +560,7 @@ def describe(state: StageGraph, stage: str | None = None, loop: str | None = Non
             tag = f" {ann.value}" if ann else ""
             tag += " (reduce)" if lp.kind is AxisKind.REDUCE else ""
             tag += "".join(f" (prefetch {p.tensor})" for p in st.prefetches if p.loop == name)
+            tag += "".join(f" (skips {k.tensor}'s padding)" for k in st.skips if k.loop == name)
             here = "   <-- here" if stage == st.name and loop == name else ""
             lines.append(f"{'  ' * (depth + 1)}for {st.name}.{name} in range({lp.extent}){tag}{here}")
     return "\n".join(lines)

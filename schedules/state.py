@@ -94,6 +94,14 @@ class PrefetchSpec:
     first: tuple = ()
 
 
+@dataclass(frozen=True)
+class SkipSpec:
+    """``skip_padding``: iterations of reduce loop ``loop`` whose reads of ``tensor`` (a zero padding) are
+    all padding are skipped (:mod:`schedules.skip`)."""
+    tensor: str
+    loop: str
+
+
 @dataclass
 class Loop:
     name: str
@@ -118,6 +126,7 @@ class Stage:
     origin: StageOrigin = StageOrigin.COMPUTE
     read_cache: tuple | None = field(default=None, repr=False, compare=False)   # (body, its read tensors)
     prefetches: list = field(default_factory=list)   # PrefetchSpec, in the order given
+    skips: list = field(default_factory=list)        # SkipSpec, in the order given
 
     @property
     def shape(self) -> tuple:
@@ -152,7 +161,7 @@ class Stage:
         return Stage(self.name, self.tensor, self.body, list(self.root), dict(self.root_vars),
                      {k: Loop(v.name, v.kind, v.extent) for k, v in self.loops.items()},
                      list(self.leaf), list(self.relations), dict(self.ann), self.attach,
-                     self.is_output, self.origin, self.read_cache, list(self.prefetches))
+                     self.is_output, self.origin, self.read_cache, list(self.prefetches), list(self.skips))
 
     def annotation(self, loop: str) -> ForKind:
         return self.ann.get(loop, ForKind.SERIAL)

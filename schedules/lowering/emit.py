@@ -18,6 +18,7 @@ from schedules.lowering.bounds import Bounds, StageLayout, infer_bounds
 from schedules.lowering.checks import check_annotations
 from schedules.lowering.guards import GuardScope
 from schedules.lowering.prefetch import prefetch_stmts
+from schedules.lowering.skip import skip_condition
 from schedules.state import AttachKind, Stage, StageGraph
 from tensorir.te import AxisKind, Reduce, TensorRead
 from tensorir.te.expr import Binary, BinOp, Const, Expr, const
@@ -51,6 +52,7 @@ class _Emitter:
         self.g = bounds.graph
         self.guards = GuardScope(bounds.var_kind)
         self.prefetch_cache: dict = {}     # (stage, loop) -> its Prefetch statements
+        self.skip_cache: dict = {}         # (stage, loop) -> the condition its iterations run under, or None
 
     def run(self, name: str | None) -> PrimFunc:
         body = seq(*[self.emit_stage(s) for s in self.g.stages if s.attach.kind is AttachKind.ROOT])
@@ -110,7 +112,8 @@ class _Emitter:
             var, ext = lay.vars[name], lay.extents[name]
             if ext == 1:  # a single iteration: no loop, the variable is 0 everywhere
                 inner = guards.versioned(pending, lambda p: rec(i + 1, p))
-                return seq(*self._prefetches(s, lay, name), self._attach(s, name, inner)) if attach else inner
+                return seq(*self._prefetches(s, lay, name),
+                           self._skipping(s, lay, name, self._attach(s, name, inner))) if attach else inner
             with guards.loop(var):
                 ready, rest = guards.split(pending)
                 inner = guards.versioned(rest, lambda p: rec(i + 1, p))
@@ -118,7 +121,8 @@ class _Emitter:
                     inner = self._attach(s, name, inner)
                 inner = guards.guard(ready, inner)
                 if attach:     # (the main nest; an init nest reads nothing)
-                    inner = seq(*self._prefetches(s, lay, name), inner)
+                    # (a skipped iteration still prefetches: the weight stream stays ahead of the taps that run)
+                    inner = seq(*self._prefetches(s, lay, name), self._skipping(s, lay, name, inner))
             kind = s.annotation(name)
             return shortened(For(var, ext, kind, inner)) if kind in (ForKind.SERIAL, ForKind.UNROLLED) else \
                 For(var, ext, kind, inner)
@@ -161,6 +165,25 @@ class _Emitter:
                 out += stmts
             self.prefetch_cache[key] = tuple(out)
         return self.prefetch_cache[key]
+
+    def _skipping(self, s: Stage, lay: StageLayout, loop: str, inner):
+        """``inner`` (an iteration of ``s.loop``) under the ``skip_padding`` conditions of the loop."""
+        specs = [k for k in s.skips if k.loop == loop]
+        if not specs:
+            return inner
+        key = (s.name, loop)
+        if key not in self.skip_cache:
+            gv = self.bounds.global_values(s)
+            sub = {s.root_vars[r]: gv[r] for r in s.root}
+            conds = [c for c in (skip_condition(self.g, s, lay, k, sub, self.guards.simplify) for k in specs)
+                     if c is not None]
+            self.skip_cache[key] = functools.reduce(lambda a, b: Binary(BinOp.AND, a, b), conds) if conds else None
+        cond = self.skip_cache[key]
+        if cond is None:
+            return inner
+        if isinstance(cond, Const):     # (false: no iteration reads inside the box)
+            return seq()
+        return IfThenElse(cond, inner, skip=True)
 
     def _attach(self, s: Stage, loop: str, inner):
         """``inner`` preceded by the stages computed at ``s.loop``."""

@@ -390,12 +390,19 @@ class Schedule:
     def skip_padding(self, tensor, loop: str) -> "Schedule":
         """Skip the iterations of reduce loop ``loop`` whose reads of ``tensor`` (a stage computed as
         ``select(box, x, 0)``: a padding, or a pack it was inlined into) all read padding
-        (:mod:`schedules.skip`).  A dilated 3x3's taps over a padded copy, ``skip_padding("pad0", "conv0.r")``::
+        (:mod:`schedules.skip`).  A 3x3 dilated by 6 over 9x9, its loops ``n, k, p, r, q, s, c``, after
+        ``skip_padding("Xpad", "Y.r")`` and ``skip_padding("Xpad", "Y.s")``::
 
-            for conv0.r in range(3):
-              if p + r * 18 + 17 >= 18 and p + r * 18 < 51:  # skip
-                for conv0.s in range(3):
-                  ...
+            for Y.r in range(3):
+              if Y.p + Y.r * 6 >= 6 and Y.p + Y.r * 6 < 15:  # skip
+                for Y.q in range(9):
+                  for Y.s in range(3):
+                    if Y.q + Y.s * 6 >= 6 and Y.q + Y.s * 6 < 15:  # skip
+                      for Y.c in range(3):
+                        Y[0, Y.k, Y.p, Y.q] = Y[...] + Xpad[0, Y.c, Y.p + Y.r * 6, Y.q + Y.s * 6] * Wt[...]
+
+        A condition on the loops inside ``loop`` is bounded over them: a tile loop of 11 columns skips a
+        tap only where all 11 columns read padding.
         """
         name = self._state.names.get(id(tensor), tensor.name) if hasattr(tensor, "op") else tensor
         return self._do("skip_padding", [loop], {"tensor": name})

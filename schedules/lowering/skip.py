@@ -45,6 +45,14 @@ def _some_inner(cond: Expr, inner: dict) -> Expr:
     return Binary(cond.op, outer.to_expr(), const(0))
 
 
+def _parts(reads, s, lay, loop: str, sub: dict, simplify) -> list:
+    """Per read, the projections of its box conditions onto ``loop``'s variable and the outer ones."""
+    pos = s.leaf.index(loop)
+    inner = {lay.vars[n]: (0, lay.extents[n] - 1) for n in s.leaf[pos + 1:]}
+    return [[_some_inner(part, inner) for c in box for part in conjuncts(simplify(substitute(c, sub)))]
+            for box in reads]
+
+
 def skip_condition(g, s, lay, spec, sub: dict, simplify) -> Expr | None:
     """The condition (on ``s.spec.loop``'s variable and the outer ones) under which an iteration of the loop
     runs; None where it always does.  ``sub``: ``s``'s root variables -> their values in loop variables."""
@@ -53,15 +61,15 @@ def skip_condition(g, s, lay, spec, sub: dict, simplify) -> Expr | None:
         raise LoweringError("skip_padding", f"stage {s.name} skips the padding of {spec.tensor} in loop "
                             f"{spec.loop}, but {spec.tensor} is no longer a zero padding that {s.name} reads as "
                             "a factor (inlined after skip_padding?)", stage=s.name, loop=spec.loop)
-    pos = s.leaf.index(spec.loop)
-    inner = {lay.vars[n]: (0, lay.extents[n] - 1) for n in s.leaf[pos + 1:]}
-    runs = []
-    for box in reads:
-        parts = []
-        for c in box:
-            for part in conjuncts(simplify(substitute(c, sub))):
-                parts.append(_some_inner(part, inner))
-        runs.append(functools.reduce(lambda a, b: Binary(BinOp.AND, a, b), parts))
+    parts = _parts(reads, s, lay, spec.loop, sub, simplify)
+    if len(reads) == 1:
+        # a condition an enclosing loop's skip already tested (a tap row's, in its column loop) is not tested again
+        pos = s.leaf.index(spec.loop)
+        for k in s.skips:
+            if k.tensor == spec.tensor and k.loop in s.leaf[:pos]:
+                done = _parts(reads, s, lay, k.loop, sub, simplify)[0]
+                parts = [[p for p in parts[0] if p not in done]]
+    runs = [functools.reduce(lambda a, b: Binary(BinOp.AND, a, b), p) if p else const(True) for p in parts]
     cond = simplify(functools.reduce(lambda a, b: Binary(BinOp.OR, a, b), runs))
     if isinstance(cond, Const) and cond.value:
         return None

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from schedules.lowering.checks import MAX_VECTOR_LANES
 from schedules.lowering.prefetch import LINE_BYTES, MAX_PREFETCHES
-from tensorir.te import AxisKind
+from tensorir.te import AxisKind, free_vars
 from tensorir.te.expr import itemsize
 from tensorir.tir.analysis.affine import coefficient
 
@@ -138,7 +138,11 @@ def _skip_taps(s, src, name: str, local: str, taps: list):
     7x7, 18%; docs/decisions/103-taps-on-padding-are-skipped.md)."""
     g = s._state
     st = g.stage(local)
-    pads = [t for t in dict.fromkeys(g.names.get(id(x)) for x in st.read_tensors()) if padded_reads(g, st, t)]
+    # (the data's padding: a weight pack padded to whole blocks of channels is one too, but no tap reads only its
+    # padding, and a model build packs constant weights at build time, where the trace no longer has that stage)
+    taps_vars = {st.root_vars[lp.split(".", 1)[1]] for lp in taps if lp.split(".", 1)[1] in st.root_vars}
+    pads = [t for t in dict.fromkeys(g.names.get(id(x)) for x in st.read_tensors())
+            if any(free_vars(c) & taps_vars for read in padded_reads(g, st, t) or () for c in read)]
     names = {lp: lp.split(".", 1)[1] for lp in taps}
     loops = [lp for lp in taps if names[lp] in st.leaf and s.extent(lp) > 1 and names[lp] not in st.ann]
     if not pads or not loops:

@@ -107,7 +107,9 @@ def test_a_depthwise_task_reads_its_window_untested_away_from_the_border(size, v
     s = space.apply(FixedDecisions(space.default_decisions()))
     # lowered for the space's vector width: a narrower host cuts the masked loop in pieces (vector_chunks)
     lowered = str(s.lower(target=Target("skylake-avx512", "+avx512f,+fma", vector_bits=512, cores=2, threads=2)))
-    assert lowered.count("select(") == 1 and ("    if " in lowered) == versioned
+    # (a tap loop's skip of the rows on padding, decision 103, is no version)
+    versions = [ln for ln in lowered.splitlines() if ln.lstrip().startswith("if ") and not ln.endswith("# skip")]
+    assert lowered.count("select(") == 1 and bool(versions) == versioned
     ins = wl.inputs(seed=3, **params)
     outs = [np.full(t.shape, np.nan, t.dtype) for t in s.tensors if not t.is_placeholder]
     s.build()(*ins, *outs)

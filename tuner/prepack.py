@@ -120,6 +120,8 @@ def _packs(schedule: Schedule, placeholders: list, constant: set, stage_names: s
         kind, inputs, attrs, outputs = ins
         if any(i in dropped or str(i).split(".")[0] in dropped for i in inputs):
             continue                       # an instruction on a pack stage moved out of the kernel
+        if kind == "skip_padding" and attrs.get("tensor") in dropped:
+            continue                       # (a padded pack moved out is a placeholder: no stage to skip the padding of)
         if kind == "pack" and inputs and inputs[0] in by_name and by_name[inputs[0]] in constant \
                 and all(p.source is not placeholders[by_name[inputs[0]]] for p in packs):
             attrs = _resolve(attrs, decisions)

@@ -12,10 +12,10 @@ from __future__ import annotations
 import functools
 
 from schedules.errors import LoweringError
+from schedules.lowering.bounds import split_fixed
 from schedules.skip import conjuncts, padded_reads
 from tensorir.te import free_vars
 from tensorir.te.expr import Binary, BinOp, Const, Expr, const
-from tensorir.tir.analysis import Affine, affine, linear_range
 from tensorir.tir.rewrite import substitute
 
 
@@ -27,22 +27,12 @@ def _some_inner(cond: Expr, inner: dict) -> Expr:
         return cond
     if not isinstance(cond, Binary) or cond.op not in (BinOp.LT, BinOp.GE, BinOp.LE, BinOp.GT):
         return const(True)
-    lin = affine(cond.a).add(affine(cond.b), -1)     # lin (op) 0
-    outer, part = Affine(), Affine()
-    for t, k in lin.terms.items():
-        tv = free_vars(t)
-        if not tv & inner.keys():
-            outer.terms[t] = k
-        elif tv <= inner.keys():
-            part.terms[t] = k
-        else:
-            return const(True)
-    r = linear_range(part, inner)
-    if r is None:
+    split = split_fixed(Binary(BinOp.SUB, cond.a, cond.b), inner)     # (cond.a - cond.b) (op) 0
+    if split is None:
         return const(True)
-    # some inner value makes lin small (<, <=) or large (>=, >) enough
-    outer.const = lin.const + (r[0] if cond.op in (BinOp.LT, BinOp.LE) else r[1])
-    return Binary(cond.op, outer.to_expr(), const(0))
+    fixed, lo, hi = split
+    # some inner value makes the difference small (<, <=) or large (>=, >) enough
+    return Binary(cond.op, Binary(BinOp.ADD, fixed, const(lo if cond.op in (BinOp.LT, BinOp.LE) else hi)), const(0))
 
 
 def _parts(reads, s, lay, loop: str, sub: dict, simplify) -> list:

@@ -103,8 +103,10 @@ def schedule_host(space, s: Schedule, src, host: str, hosted: list) -> Schedule:
             s = s.rfactor(name, f)
             rf = s.trace[-1].outputs[0]
             s = s.compute_at(name, outer).compute_at(rf, outer)
-            k_v, k_o = s.loops(rf)[-2:]
-            s = s.reorder(k_o, k_v).vectorize(k_v)
+            # (the rf stage's loops: the rows, the partials' lanes, then every reduce loop)
+            rf_loops = s.loops(rf)
+            k_v = rf_loops[len(rf_loops) - len(st.root) + len(st.spatial_root) - 1]
+            s = s.reorder(*[lp for lp in rf_loops[rf_loops.index(k_v) + 1:]], k_v).vectorize(k_v)
             inside.add(rf)
         else:
             s = s.compute_at(name, outer)

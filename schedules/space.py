@@ -63,6 +63,10 @@ FEW_ROWS_OPERAND = 1 << 17
 FEW_ROWS_TASK_COLUMNS = 64
 # False: the start packs no input whose panel is its own layout (why: docs/decisions/065-no-pack-of-a-whole-panel.md)
 PACK_WHOLE_PANELS = False
+# a reduction computed per row over several reduce axes (an instance norm over H and W) takes its vector partials
+# along the innermost, where its reads are contiguous; False: only single-axis reductions (a scalar chain of H * W
+# adds per row; docs/decisions/104-row-reductions-over-several-axes.md)
+ROW_RFACTOR_INNERMOST = True
 MAX_UNROLLED_BODY = 64   # vector FMAs (tile rows x vectors per row x inner reduce iterations) unrolled
 
 
@@ -408,9 +412,10 @@ class GeneratedSpace:
         if not st.is_reduction:
             return 0
         reduce = [n for n in st.root if st.loops[n].kind is AxisKind.REDUCE]
-        if len(reduce) != 1:
+        # (several reduce axes, an instance norm's rows and columns: partials along the innermost, where contiguous)
+        if not reduce or len(reduce) > 1 and not ROW_RFACTOR_INNERMOST:
             return 0
-        k, extent = st.root_vars[reduce[0]], st.loops[reduce[0]].extent
+        k, extent = st.root_vars[reduce[-1]], st.loops[reduce[-1]].extent
         reads = [r for r in st.reads() if any(mentions(i, k) for i in r.indices)]
         block = row_block(reads, k, {st.root_vars[n]: (0, st.loops[n].extent - 1) for n in st.root})
         if not reads or block is None:

@@ -209,3 +209,38 @@ def test_a_group_norm_through_reshapes_factors_its_reductions_into_vectors(chann
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     monkeypatch.setattr(read_walk, "RESHAPED_ROW_RFACTOR", False)
     assert factored() == []
+
+
+@pytest.mark.parametrize("channels, height, width", [(32, 64, 64), (16, 12, 48), (8, 9, 7)])
+def test_an_instance_norm_over_rows_and_columns_factors_its_reductions_into_vectors(channels, height, width,
+                                                                                     monkeypatch):
+    # InstanceNormalization of a row-major tensor: its mean and variance reduce over H and W, the innermost (W)
+    # contiguous; partial vectors along W (decision 104), not a scalar chain of H * W adds per channel; rows of 7
+    # columns hold no vector and stay scalar
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+    from schedules import space as space_mod
+    from tuner.model_api import compile_model, load
+    from tuner.model_compile import plan_graph
+    scale = RNG.standard_normal(channels).astype(np.float32)
+    shift = RNG.standard_normal(channels).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("InstanceNormalization", ["input", "s", "b"], ["output"], epsilon=1e-5)], "inorm",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, channels, height, width])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, channels, height, width])],
+        [onnx.numpy_helper.from_array(scale, "s"), onnx.numpy_helper.from_array(shift, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    (norm,) = plan_graph(load(model)).lowered
+
+    def factored():
+        d = GeneratedSpace(list(norm.tensors)).default_decisions()
+        return sorted(v for k, v in d.items() if k.endswith(".rfactor") and v)
+    lanes = GeneratedSpace(list(norm.tensors)).lanes("float32")
+    assert factored() == ([lanes, lanes] if width >= lanes else [])
+    x = RNG.standard_normal((1, channels, height, width)).astype(np.float32)
+    (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"input": x})
+    got = compile_model(load(model)).run({"input": x})["output"]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    monkeypatch.setattr(space_mod, "ROW_RFACTOR_INNERMOST", False)
+    assert factored() == []

@@ -657,6 +657,22 @@ def _se_block(name, batch, channels, expansion, size, kernel, seed, opset, hard)
     return m.model(name, shape, y, shape)
 
 
+def style_block(batch: int = 1, channels: int = 32, size: int = 64, seed: int = 0, opset: int = 13,
+                conv: int = 1) -> onnx.ModelProto:
+    """A style-transfer network's first layer: a reflect Pad, a 7x7 conv 3 -> ``channels``, InstanceNormalization and
+    PRelu; ``conv=0``: the InstanceNormalization and PRelu alone, over a ``channels``-channel input."""
+    m = ModelMaker(seed, opset)
+    x, c_in = "input", 3 if conv else channels
+    if conv:
+        x = m.node("Pad", [x, m.ints("/pad/pads", [0, 0, 3, 3, 0, 0, 3, 3])], "/pad", mode="reflect")
+        x = m.node("Conv", [x, m.weight("conv.w", (channels, 3, 7, 7), 0.1), m.weight("conv.b", (channels,), 0.1)],
+                   "/conv", kernel_shape=[7, 7])
+    x = m.node("InstanceNormalization", [x, m.weight("norm.s", (channels,), 1.0), m.weight("norm.b", (channels,), 0.1)],
+               "/norm", epsilon=1e-5)
+    y = m.node("PRelu", [x, m.weight("prelu.slope", (channels, 1, 1), 0.2)], "/prelu")
+    return m.model("style_block", (batch, c_in, size, size), y, (batch, channels, size, size))
+
+
 def by_name(name: str) -> onnx.ModelProto:
     """The model a benchmark names: a builder of this module called with its defaults (or
     ``name:key=value,...``, integer arguments: ``densenet_block:growth=24,size=28``), or

@@ -254,7 +254,9 @@ def test_scatter_and_gather_nd_with_known_indices():
                                           ("aspp", dict(channels=32, out_channels=16, size=13, rates="2,5,9")),
                                           ("aspp", dict(batch=2, channels=24, out_channels=24, size=9, rates="3")),
                                           ("tf_mobilenet", dict(size=20, channels=16)),
-                                          ("tf_mobilenet", dict(batch=2, size=12, channels=8))])
+                                          ("tf_mobilenet", dict(batch=2, size=12, channels=8)),
+                                          ("style_block", dict(channels=8, size=20)),
+                                          ("style_block", dict(batch=2, channels=16, size=9, conv=0))])
 def test_new_builders_match_onnxruntime(name, kwargs):
     models = pytest.importorskip("tests.onnx_models")
     model = getattr(models, name)(**kwargs)

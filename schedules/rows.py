@@ -23,12 +23,18 @@ host's outermost loop, which alone is parallel (the rule before rows: for a batc
 """
 from __future__ import annotations
 
+from tensorir.te import AxisKind
+from tensorir.te.expr import Binary, BinOp, Const
 from tensorir.tir.analysis.affine import mentions
 
 from .schedule import Schedule
 from .state import AttachKind
 from .tiling import fuse_loops
 
+
+# a norm's reductions over the planes of blocked channels run with the rows (channels) as vector lanes; False: one
+# scalar chain per row (docs/decisions/105-blocked-row-reductions-on-lanes.md)
+ROWS_AS_LANES = True
 
 BLOCK_ELEMENTS = 512
 """Most elements per block of rows of a stage computed per row, at the heuristic start."""
@@ -112,8 +118,32 @@ def schedule_host(space, s: Schedule, src, host: str, hosted: list) -> Schedule:
             s = s.compute_at(name, outer)
             if rows and not st.is_reduction:
                 s = _vectorize_last(space, s, src, name)
+            elif rows and ROWS_AS_LANES and _rows_contiguous(st):
+                # (a norm over the planes of blocked channels: the block's rows are the contiguous axis) the rows
+                # are the lanes, the reduce loops around them: a vector of rows' partials, no scalar chain per row
+                red = [lp for lp in s.loops(name) if st.loops[lp.split(".", 1)[1]].kind is AxisKind.REDUCE]
+                last = [lp for lp in s.loops(name) if lp not in red][-1]
+                s = s.reorder(*red, last).vectorize(last)
         inside.add(name)
     return s
+
+
+def _rows_contiguous(st) -> bool:
+    """Whether reduction ``st`` reads along its innermost row axis contiguously (every read mentioning the axis's
+    variable ``v`` ends in ``v`` or ``v % B``, the reduce variables elsewhere): its rows can be vector lanes."""
+    v = st.root_vars[st.spatial_root[-1]]
+    reduce = [st.root_vars[n] for n in st.root if st.loops[n].kind is AxisKind.REDUCE]
+    reads = [r for r in st.reads() if any(mentions(i, v) for i in r.indices)]
+    if not reads:
+        return False
+    for r in reads:
+        last = r.indices[-1]
+        if not (last == v or isinstance(last, Binary) and last.op is BinOp.MOD and last.a == v
+                and isinstance(last.b, Const)):
+            return False
+        if any(mentions(last, k) for k in reduce):
+            return False
+    return True
 
 
 def _inlined(s: Schedule, name: str) -> bool:

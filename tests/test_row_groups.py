@@ -244,3 +244,31 @@ def test_an_instance_norm_over_rows_and_columns_factors_its_reductions_into_vect
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     monkeypatch.setattr(space_mod, "ROW_RFACTOR_INNERMOST", False)
     assert factored() == []
+
+
+@pytest.mark.parametrize("channels, size", [(32, 16), (16, 9)])
+def test_an_instance_norm_over_blocked_channels_runs_its_rows_as_lanes(channels, size, monkeypatch):
+    # the norm after a conv reads the conv's blocked output (channels innermost): its mean and variance over H and W
+    # take the block's channels as vector lanes, the reduce loops around them (decision 105), not a scalar chain each
+    import onnxruntime as ort
+    from schedules import rows
+    from tests.onnx_models import style_block
+    from tuner.model_api import compile_model, load
+    from tuner.model_compile import plan_graph
+    model = style_block(channels=channels, size=size)
+    plan = plan_graph(load(model))
+    (norm,) = [lw for g, lw in zip(plan.groups, plan.lowered) if "InstanceNormalization" in g.ops
+               or "LayerNormalization" in g.ops]
+
+    def lanes_of_reductions():
+        space = GeneratedSpace(list(norm.tensors))
+        state = space.apply(FixedDecisions(space.default_decisions())).stage_graph()
+        return sorted(st.name for st in state.stages if st.is_reduction
+                      and ForKind.VECTORIZED in st.ann.values())
+    assert lanes_of_reductions() == ["mean0", "var0"]
+    x = RNG.standard_normal((1, 3, size, size)).astype(np.float32)
+    (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"input": x})
+    got = compile_model(load(model)).run({"input": x})["output"]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    monkeypatch.setattr(rows, "ROWS_AS_LANES", False)
+    assert lanes_of_reductions() == []

@@ -24,9 +24,9 @@ host's outermost loop, which alone is parallel (the rule before rows: for a batc
 from __future__ import annotations
 
 from tensorir.te import AxisKind
-from tensorir.te.expr import Binary, BinOp, Const
 from tensorir.tir.analysis.affine import mentions
 
+from .read_walk import row_block
 from .schedule import Schedule
 from .state import AttachKind
 from .tiling import fuse_loops
@@ -109,10 +109,10 @@ def schedule_host(space, s: Schedule, src, host: str, hosted: list) -> Schedule:
             s = s.rfactor(name, f)
             rf = s.trace[-1].outputs[0]
             s = s.compute_at(name, outer).compute_at(rf, outer)
-            # (the rf stage's loops: the rows, the partials' lanes, then every reduce loop)
-            rf_loops = s.loops(rf)
-            k_v = rf_loops[len(rf_loops) - len(st.root) + len(st.spatial_root) - 1]
-            s = s.reorder(*[lp for lp in rf_loops[rf_loops.index(k_v) + 1:]], k_v).vectorize(k_v)
+            # (the rf stage's spatial axes end in the partials' lanes; every reduce loop goes around them)
+            rst = s._state.stage(rf)
+            k_v = f"{rf}.{rst.spatial_root[-1]}"
+            s = s.reorder(*[f"{rf}.{n}" for n in rst.root if rst.loops[n].kind is AxisKind.REDUCE], k_v).vectorize(k_v)
             inside.add(rf)
         else:
             s = s.compute_at(name, outer)
@@ -129,21 +129,13 @@ def schedule_host(space, s: Schedule, src, host: str, hosted: list) -> Schedule:
 
 
 def _rows_contiguous(st) -> bool:
-    """Whether reduction ``st`` reads along its innermost row axis contiguously (every read mentioning the axis's
-    variable ``v`` ends in ``v`` or ``v % B``, the reduce variables elsewhere): its rows can be vector lanes."""
+    """Whether reduction ``st`` walks the contiguous axis along its innermost row axis (``read_walk.row_block`` of
+    the rows' variable: a blocked layout's lanes too) with no reduce variable in that axis: rows can be lanes."""
     v = st.root_vars[st.spatial_root[-1]]
     reduce = [st.root_vars[n] for n in st.root if st.loops[n].kind is AxisKind.REDUCE]
     reads = [r for r in st.reads() if any(mentions(i, v) for i in r.indices)]
-    if not reads:
-        return False
-    for r in reads:
-        last = r.indices[-1]
-        if not (last == v or isinstance(last, Binary) and last.op is BinOp.MOD and last.a == v
-                and isinstance(last.b, Const)):
-            return False
-        if any(mentions(last, k) for k in reduce):
-            return False
-    return True
+    return bool(reads) and row_block(reads, v) is not None and \
+        not any(mentions(r.indices[-1], k) for r in reads for k in reduce)
 
 
 def _inlined(s: Schedule, name: str) -> bool:

@@ -77,28 +77,44 @@ def padded_reads(g: StageGraph, st, name: str) -> list:
     return out
 
 
+def _groups(conds: list) -> list:
+    """``conds`` in groups that share no variable with each other (a window's row conditions, its column ones)."""
+    groups: list = []          # [(variable names, conditions)]
+    for c in conds:
+        names, members = {v.name for v in free_vars(c)}, [c]
+        for other in [gr for gr in groups if gr[0] & names]:
+            groups.remove(other)
+            names |= other[0]
+            members += other[1]
+        groups.append((names, members))
+    return groups
+
+
 def padding_share(g: StageGraph, st, name: str) -> float:
     """The share of stage ``st``'s reduction terms that read ``name``'s padding (its first read), counted
-    over the root loops the box conditions use; 0.0 when unknown (too many points, not integer arithmetic)."""
+    over the root loops the box conditions use, each group of conditions on its own variables apart (rows times
+    columns, not their product's points); 0.0 when unknown (too many points, not integer arithmetic)."""
     reads = padded_reads(g, st, name)
     if not reads:
         return 0.0
-    cond = reads[0][0]
-    for c in reads[0][1:]:
-        cond = Binary(BinOp.AND, cond, c)
-    names = {v.name for v in free_vars(cond)}
-    roots = [(n, st.loops[n].extent) for n in st.root if st.root_vars[n].name in names]
-    if not roots or np.prod([e for _, e in roots], dtype=np.int64) > MAX_SHARE_POINTS:
-        return 0.0
-    env = {}
-    for i, (n, ext) in enumerate(roots):
-        shape = [1] * len(roots)
-        shape[i] = ext
-        env[st.root_vars[n].name] = np.arange(ext).reshape(shape)
-    inside = int_values(cond, env)
-    if inside is None:
-        return 0.0
-    return 1.0 - float(np.broadcast_to(inside, [e for _, e in roots]).mean())
+    inside = 1.0
+    for names, conds in _groups(reads[0]):
+        roots = [(n, st.loops[n].extent) for n in st.root if st.root_vars[n].name in names]
+        if not roots or np.prod([e for _, e in roots], dtype=np.int64) > MAX_SHARE_POINTS:
+            return 0.0
+        env = {}
+        for i, (n, ext) in enumerate(roots):
+            shape = [1] * len(roots)
+            shape[i] = ext
+            env[st.root_vars[n].name] = np.arange(ext).reshape(shape)
+        cond = conds[0]
+        for c in conds[1:]:
+            cond = Binary(BinOp.AND, cond, c)
+        values = int_values(cond, env)
+        if values is None:
+            return 0.0
+        inside *= float(np.broadcast_to(values, [e for _, e in roots]).mean())
+    return 1.0 - inside
 
 
 def apply_skip_padding(g: StageGraph, inputs, attrs, outputs):
